@@ -9,6 +9,7 @@
 The definitions are written from shared/spec/benchmarks.md section 3 and pinned by the worked
 values of its section 4 in tests/test_metrics.py.
 """
+
 from __future__ import annotations
 
 import re

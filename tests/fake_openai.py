@@ -26,6 +26,7 @@ import json
 import math
 import random
 import re
+import socket
 import struct
 import threading
 import time
@@ -336,10 +337,21 @@ _HTTP_FAULT_BODIES = {
 # --------------------------------------------------------------------------- server
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
     server: "_Server"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr logging
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._track(self.connection, add=False)
 
     # -- plumbing
     def _send_json(self, status: int, payload: Any, headers: Optional[dict[str, str]] = None) -> None:
@@ -500,6 +512,7 @@ class FakeOpenAI:
         self._rng = random.Random(faults.seed if faults else 0)
         self._eligible_seen = 0
         self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
         self.base_url = ""
@@ -525,6 +538,13 @@ class FakeOpenAI:
         self._stopping.set()  # wakes handlers sleeping for latency / timeout faults
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:  # unblock handlers waiting on idle keep-alive connections
+            open_conns = list(self._connections)
+        for conn in open_conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = None
@@ -552,6 +572,13 @@ class FakeOpenAI:
             return [r for r, k in zip(self.requests, self.request_kinds) if k == kind]
 
     # -- internals (called from handler threads)
+    def _track(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
     def _sleep(self, seconds: float) -> None:
         if seconds > 0:
             self._stopping.wait(seconds)

@@ -70,8 +70,20 @@ def server():
         yield srv
 
 
-def make_client(srv: FakeOpenAI, timeout: float = 5.0):
-    return openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=0, timeout=timeout)
+_CLIENTS: list = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients():
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
+def make_client(srv: FakeOpenAI, timeout: float = 5.0, max_retries: int = 0):
+    client = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=max_retries, timeout=timeout)
+    _CLIENTS.append(client)
+    return client
 
 
 def chat(client, messages, **kw):
@@ -251,7 +263,7 @@ def test_scripted_http_faults(fault, exc_type):
 
 def test_retrying_client_recovers_from_429():
     with FakeOpenAI(faults=FaultPlan(script=["429", "500"])) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="test", max_retries=2, timeout=5)
+        client = make_client(srv, max_retries=2)
         json.loads(chat(client, PROMPTS["judge_locomo"]).choices[0].message.content)
         assert srv.request_count == 3
         assert [f[2] for f in srv.faults_injected] == ["429", "500"]

@@ -105,7 +105,8 @@ def test_hash_mismatch_has_clear_message(offline_tiktoken, monkeypatch):
 
 
 def test_default_cache_dir_is_under_repo(monkeypatch):
-    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "placeholder")  # so monkeypatch restores it
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR")
     assert tokens.tiktoken_cache_dir() == ROOT / ".cache" / "tiktoken"
     assert os.environ["TIKTOKEN_CACHE_DIR"] == str(ROOT / ".cache" / "tiktoken")
 

@@ -4,6 +4,7 @@ One module per benchmark (loader, gold reader, category names). Only ``01_prepro
 ``08_judge`` and ``09_aggregate`` import from here; stages 02-07 never learn which benchmark
 they run on.
 """
+
 from __future__ import annotations
 
 
@@ -14,3 +15,12 @@ class DataError(ValueError):
     line tells the user which file and which field to fix. It subclasses ``ValueError`` because
     malformed input is a bad value, and callers that already catch ``ValueError`` keep working.
     """
+
+
+def registry(name: str):  # -> adapter module-level object with the protocol below
+    """The adapter of a benchmark: ``data_path, load, select, is_scored, aggregate, write_tables``."""
+    if name == "locomo":
+        from common.benchmarks.locomo import ADAPTER
+
+        return ADAPTER
+    raise ValueError(f"benchmark {name!r} has no adapter yet (known: locomo)")

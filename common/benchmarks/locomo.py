@@ -16,6 +16,7 @@ Quirks handled here (see shared/spec/benchmarks.md section 2):
   ids that name no turn; ``Gold.evidence`` keeps only real turn ids, ``Gold.raw_evidence`` the
   source list.
 """
+
 from __future__ import annotations
 
 import json
@@ -160,12 +161,12 @@ def load_locomo(path: str | Path) -> LocomoData:
         if not isinstance(sample, dict):
             raise loc.error(f"expected an object, got {_show(sample)}")
         sample_id = _field(sample, "sample_id", str, loc)
+        loc = _Loc(root.file, f"sample[{i}] ({sample_id})")
         if sample_id in first_seen:
             raise loc.at("sample_id").error(
                 f"duplicate {sample_id!r} (first used by sample[{first_seen[sample_id]}])"
             )
         first_seen[sample_id] = i
-        loc = _Loc(root.file, f"sample[{i}] ({sample_id})")
 
         conversation = _field(sample, "conversation", dict, loc)
         sample_sessions = _parse_conversation(conversation, sample_id, loc.at("conversation"))
@@ -185,9 +186,7 @@ def load_locomo(path: str | Path) -> LocomoData:
 
 def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: _Loc) -> list[Session]:
     speakers = [_field(conv, "speaker_a", str, loc), _field(conv, "speaker_b", str, loc)]
-    numbered = sorted(
-        (int(m.group(1)), key) for key in conv if (m := _SESSION_KEY.fullmatch(key))
-    )
+    numbered = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION_KEY.fullmatch(key)))
     if not numbered:
         raise loc.error("no session_N keys")
 
@@ -341,3 +340,102 @@ def select(
         questions=questions,
         gold=[g for g in data.gold if g.qid in qids],
     )
+
+
+# ----------------------------------------------------------------------------- protocol
+class _LocomoAdapter:
+    """What 01_preprocess, 08_judge and 09_aggregate need to know about LoCoMo."""
+
+    name = "locomo"
+    default_path = "data/locomo10.json"  # where `make data` puts the download
+
+    def data_path(self, cfg: Any) -> Path:
+        import os
+
+        from common.config import resolve_path
+
+        raw = cfg.data.path or os.environ.get(cfg.data.env) or self.default_path
+        path = resolve_path(raw)
+        if not path.exists():
+            raise DataError(f"{path}: LoCoMo file not found; run `make data` or set "
+                            f"{cfg.data.env}=/path/to/locomo10.json (or data.path in the config)")
+        return path
+
+    def load(self, path: Path) -> LocomoData:
+        return load_locomo(path)
+
+    def select(self, data: LocomoData, cfg: Any) -> LocomoData:
+        return select(data, cfg.data.conversations or None, cfg.data.question_limit)
+
+    def is_scored(self, gold: Gold) -> bool:
+        return gold.category in SCORED_CATEGORIES
+
+    def aggregate(self, run: Any, judges: list[str]) -> dict[str, Any]:
+        """Judge accuracy per category (k/n, failures counted wrong) plus lexical diagnostics."""
+        from common.io import read_jsonl
+        from common.metrics import accuracy, evidence_recall, grouped_accuracy, locomo_f1
+        from common.report import describe
+
+        gold = [Gold(**g) for g in read_jsonl(run.path("gold"))]
+        answers = {a["qid"]: a for a in read_jsonl(run.path("answers"))}
+        rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
+        scored = [g for g in gold if g.category in SCORED_CATEGORIES]
+        name = lambda c: CATEGORY_NAMES[c]  # noqa: E731
+        out: dict[str, Any] = {
+            "benchmark": "locomo", "run": run.cfg.run.name, "config": "config.resolved.yaml",
+            "category_names": {str(k): v for k, v in CATEGORY_NAMES.items()},
+            "questions": {"total": len(gold), "scored": len(scored),
+                          "excluded": {"5 (adversarial)": sum(g.category == 5 for g in gold)}},
+            "judges": {},
+        }
+        for j in judges:
+            rows = {r["qid"]: r for r in read_jsonl(run.dir / f"08_judge_{j}.jsonl")}
+            # A scored question with no judge row is a failure, never a dropped item.
+            joined = [{"cat": name(g.category), "label": rows.get(g.qid, {}).get("label")} for g in scored]
+            causes: dict[str, int] = {}
+            for g in scored:
+                err = rows[g.qid]["error"].split(":")[0] if g.qid in rows and rows[g.qid]["error"] else (
+                    "missing_judgment" if g.qid not in rows else "")
+                if err:
+                    causes[err] = causes.get(err, 0) + 1
+            any_row = next(iter(rows.values()), {})
+            out["judges"][j] = {
+                "judge_model": any_row.get("judge_model"), "prompt_id": any_row.get("prompt_id"),
+                "overall": accuracy(r["label"] for r in joined),
+                "by_category": grouped_accuracy(joined, "cat"), "failures": causes,
+            }
+        f1 = [{"cat": name(g.category), "f1": locomo_f1(answers.get(g.qid, {}).get("answer") or "", g.answer, g.category)}
+              for g in scored]
+        recall = [{"cat": name(g.category), "r": evidence_recall(g.evidence, rets.get(g.qid, {}).get("dia_ids", []))}
+                  for g in scored]
+        out["f1_official"] = {"overall": describe([r["f1"] for r in f1])["mean"],
+                              "by_category": {c: describe([r["f1"] for r in f1 if r["cat"] == c])["mean"]
+                                              for c in sorted({r["cat"] for r in f1})}}
+        have = [r for r in recall if r["r"] is not None]
+        out["evidence_recall"] = {"overall": describe([r["r"] for r in have])["mean"], "n": len(have),
+                                  "no_gold_evidence": len(recall) - len(have),
+                                  "by_category": {c: describe([r["r"] for r in have if r["cat"] == c])["mean"]
+                                                  for c in sorted({r["cat"] for r in have})}}
+        out["buffer_tokens"] = describe([float(rets[g.qid]["buffer_tokens"]) for g in scored if g.qid in rets])
+        out["answer_failures"] = sum(1 for g in scored if answers.get(g.qid, {}).get("answer") is None)
+        return out
+
+    def write_tables(self, run: Any, metrics: dict[str, Any]) -> list[Path]:
+        """Table 1 format, one Markdown+CSV pair per judge (judges are never averaged)."""
+        from common.report import pct, write_table
+
+        paths: list[Path] = []
+        for j, m in metrics["judges"].items():
+            row = {"Method": f"EnSIMem (this harness, run {metrics['run']}), judge {m['judge_model']}"}
+            for c in SCORED_CATEGORIES:
+                cat = CATEGORY_NAMES[c]
+                row[cat.capitalize()] = pct(m["by_category"].get(cat, {"accuracy": None}))
+            row["Overall"] = pct(m["overall"])
+            title = (f"LoCoMo accuracy (LLM judge {m['judge_model']}, prompt {m['prompt_id']}; categories 1-4, "
+                     f"category 5 excluded: {metrics['questions']['excluded']['5 (adversarial)']}; "
+                     f"failed judgments count as wrong: {m['overall']['n_failed']})")
+            paths += write_table([row], run.dir / f"table_{j}.md", title)
+        return paths
+
+
+ADAPTER = _LocomoAdapter()

@@ -1,0 +1,42 @@
+"""The command line shared by every numbered script."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from common.config import Config, ConfigError, load_config
+
+
+def parse(doc: str, benchmark: str) -> tuple[Config, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", action="append", default=None,
+                   help=f"YAML config (repeatable; later files win). Default: configs/{benchmark}.yaml")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set retrieve.mode=dense_only")
+    p.add_argument("--limit", type=int, default=None, help="first N questions per memory (data.question_limit)")
+    p.add_argument("--conversations", default=None, help="comma-separated memory ids (data.conversations)")
+    p.add_argument("--run", default=None, help="run name (run.name): results/<benchmark>/<run>/")
+    p.add_argument("--force", action="store_true", help="recompute this stage instead of resuming")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    # Keep third-party HTTP chatter out of stage output; our own summary line says what happened.
+    for noisy in ("httpx", "openai", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    overrides = list(args.set)
+    if args.limit is not None:
+        overrides.append(f"data.question_limit={args.limit}")
+    if args.conversations:
+        overrides.append(f"data.conversations=[{args.conversations}]")
+    if args.run:
+        overrides.append(f"run.name={args.run}")
+    try:
+        cfg = load_config(args.config or [f"configs/{benchmark}.yaml"], overrides)
+    except ConfigError as exc:
+        raise SystemExit(f"config error: {exc}")
+    if cfg.benchmark != benchmark:
+        raise SystemExit(f"config error: benchmark: the config is for {cfg.benchmark!r}, this script is {benchmark!r}")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return cfg, args

@@ -1,0 +1,58 @@
+"""Stage 08: the LoCoMo judge (Memora/mem0-compatible, paper Appendix C and E.3).
+
+Temperature 0, seed 42, JSON mode, one user message. Parsing is strict: the reply must be a
+JSON object whose ``label`` is exactly CORRECT or WRONG; anything else is a recorded judge
+failure (label None), which strict accuracy counts as wrong and never drops.
+"""
+from __future__ import annotations
+
+import json
+
+from common import prompts
+from common.llm import LLMCallError, LLMClient
+from common.schema import AnswerRow, Gold, JudgeRow
+
+LABELS = {"CORRECT": 1, "WRONG": 0}
+
+
+def parse_label(text: str) -> int:
+    """1 for CORRECT, 0 for WRONG; ``ValueError`` for anything that is not such a JSON object."""
+    s = text.strip()
+    if s.startswith("```"):
+        # A fenced object is still an exact JSON object; nothing else is unwrapped.
+        s = s.strip("`").removeprefix("json").strip()
+    try:
+        obj = json.loads(s)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"judge reply is not a JSON object: {exc.msg}") from None
+    if not isinstance(obj, dict) or "label" not in obj:
+        raise ValueError("judge reply has no 'label' key")
+    label = obj["label"]
+    if label not in LABELS:
+        raise ValueError(f"judge label {label!r} is not CORRECT or WRONG")
+    return LABELS[label]
+
+
+def judge_messages(prompt_id: str, question: str, gold: str, answer: str) -> list[dict[str, str]]:
+    content = prompts.render(prompt_id, question=question, gold_answer=gold, generated_answer=answer)
+    return [{"role": "user", "content": content}]
+
+
+def judge_answer(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow, gold: Gold) -> JudgeRow:
+    settings = client.settings("judge")
+    row = JudgeRow(qid=answer.qid, judge=name, judge_model=settings.model, prompt_id=prompt_id, label=None)
+    if answer.answer is None:
+        row.error = f"no_answer: {answer.error or 'answer stage failed'}"
+        return row
+    try:
+        c = client.complete("judge", judge_messages(prompt_id, answer.question, gold.answer, answer.answer),
+                            json_mode=True)
+    except LLMCallError as exc:
+        row.error = f"{exc.cause}: {exc}"
+        return row
+    row.raw, row.cache_key = c.text, c.cache_key
+    try:
+        row.label, row.parse_ok = parse_label(c.text), True
+    except ValueError as exc:
+        row.error = f"judge_parse_error: {exc}"
+    return row

@@ -1,0 +1,316 @@
+"""The pipeline stages, written once for every benchmark.
+
+Each function reads its input artifacts from the run directory, calls the concern module in
+``common/`` and writes its JSONL (resumably for LLM stages) plus a manifest. The numbered
+scripts of ``LoCoMo/`` and ``LongMemEval/`` only name the stage. Stages 02-07 read sessions and
+questions, never the gold file: only ``judge`` and ``aggregate`` open it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from common import answer as answer_mod
+from common import episodes as episodes_mod
+from common import extract as extract_mod
+from common import plan as plan_mod
+from common.benchmarks import registry
+from common.config import ROLES, Config, resolve_path, to_yaml
+from common.index import MemoryIndex, build_index, index_fingerprint
+from common.io import StageWriter, read_jsonl, write_json, write_jsonl, write_manifest
+from common.judge import judge_answer
+from common.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy
+from common.render import MemoryView
+from common.retrieve import Retriever
+from common.schema import (AnswerRow, Episode, ExtractRow, Gold, PartitionRow, PlanRow, Question,
+                           RetrievalRow, Session, from_dict, to_dict)
+
+log = logging.getLogger("harness")
+
+FILES = {
+    "sessions": "01_sessions.jsonl", "questions": "01_questions.jsonl", "gold": "01_gold.jsonl",
+    "episodes": "02_episodes.jsonl", "records": "03_records.jsonl", "index": "04_index.jsonl",
+    "plans": "05_plans.jsonl", "retrievals": "06_retrievals.jsonl", "answers": "07_answers.jsonl",
+}
+
+
+class StageFailed(RuntimeError):
+    """A stage finished but too many of its rows failed (``run.max_error_rate``)."""
+
+
+@dataclasses.dataclass
+class Run:
+    cfg: Config
+    force: bool = False
+    progress: bool = True
+    _client: LLMClient | None = None
+
+    @property
+    def dir(self) -> Path:
+        return self.cfg.run_dir
+
+    def path(self, name: str) -> Path:
+        return self.dir / FILES.get(name, name)
+
+    def client(self, roles: tuple[str, ...]) -> LLMClient:
+        """The shared LLM client; fails at once, in one line, when a role has no endpoint."""
+        if self._client is None:
+            c = self.cfg.llm
+            self._client = LLMClient(
+                {r: self.cfg.role(r) for r in ROLES},
+                cache=ResponseCache(str(resolve_path(c.cache_path)), c.cache_mode),
+                retry=RetryPolicy(c.max_attempts, c.initial_wait, c.max_wait),
+                concurrency=c.concurrency,
+            )
+        self._client.check_endpoints(roles)
+        return self._client
+
+    def embedder(self) -> Any:
+        from common.embeddings import Embedder
+
+        emb = self.cfg.embedding
+        cache = str(resolve_path(emb.cache_path)) if emb.cache_path else ""
+        return Embedder.from_config(dataclasses.replace(emb, cache_path=cache))
+
+
+# ----------------------------------------------------------------------------- loading
+def load_sessions(run: Run) -> list[Session]:
+    return [from_dict(Session, r) for r in read_jsonl(run.path("sessions"))]
+
+
+def load_questions(run: Run) -> list[Question]:
+    return [from_dict(Question, r) for r in read_jsonl(run.path("questions"))]
+
+
+def load_views(run: Run) -> dict[str, MemoryView]:
+    by_memory: dict[str, list[Session]] = defaultdict(list)
+    for s in load_sessions(run):
+        by_memory[s.memory_id].append(s)
+    return {m: MemoryView(m, ss) for m, ss in by_memory.items()}
+
+
+def load_episodes(run: Run) -> list[Episode]:
+    return [e for r in read_jsonl(run.path("episodes")) for e in from_dict(PartitionRow, r).episodes]
+
+
+def _by_qid(rows: list[dict[str, Any]], cls: type) -> dict[str, Any]:
+    return {r["qid"]: from_dict(cls, r) for r in rows}
+
+
+# ----------------------------------------------------------------------------- helpers
+def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
+               work: Callable[[Any], Any], role: str, inputs: list[Path], failed: Callable[[Any], bool]) -> list[dict]:
+    """Shared loop of the LLM stages: resume, map concurrently, write as completed, manifest."""
+    started = time.time()
+    client = run.client((role,))
+    writer = StageWriter(out, key, force=run.force)
+    todo = writer.pending(items, key_fn)
+    try:
+        for _, row in client.map(work, todo, desc=name, progress=run.progress):
+            writer.write(to_dict(row))
+    finally:
+        rows = writer.close(order=[key_fn(i) for i in items])
+    n_failed = sum(1 for r in rows if failed(r))
+    llm = client.summary().get(role, {})
+    write_manifest(run.dir, name, inputs=inputs, outputs=[out], rows=len(rows), started=started,
+                   extra={"resumed_rows": writer.resumed, "new_rows": len(todo), "failed_rows": n_failed,
+                          "llm": llm})
+    _summary(name, rows, writer.resumed, len(todo), n_failed, out, started, llm)
+    if rows and n_failed / len(rows) > run.cfg.run.max_error_rate:
+        raise StageFailed(f"{name}: {n_failed}/{len(rows)} rows failed (> run.max_error_rate "
+                          f"{run.cfg.run.max_error_rate}); rerun to retry only the failed rows' calls")
+    return rows
+
+
+def _summary(name: str, rows: list, resumed: int, new: int, failed: int, out: Path, started: float,
+             llm: dict | None = None) -> None:
+    calls = f"; llm: {llm.get('calls', 0)} calls, {llm.get('cached', 0)} cached, {llm.get('failed', 0)} failed" if llm else ""
+    print(f"{name}: {len(rows)} rows ({resumed} resumed, {new} new, {failed} failed) -> "
+          f"{out} ({time.time() - started:.1f}s){calls}", flush=True)
+
+
+# ----------------------------------------------------------------------------- 01
+def preprocess(run: Run) -> None:
+    started = time.time()
+    adapter = registry(run.cfg.benchmark)
+    src = adapter.data_path(run.cfg)
+    data = adapter.select(adapter.load(src), run.cfg)
+    run.dir.mkdir(parents=True, exist_ok=True)
+    outs = [run.path("sessions"), run.path("questions"), run.path("gold")]
+    write_jsonl(outs[0], (to_dict(s) for s in data.sessions))
+    write_jsonl(outs[1], (to_dict(q) for q in data.questions))
+    write_jsonl(outs[2], (to_dict(g) for g in data.gold))
+    (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
+    n_turns = sum(len(s.turns) for s in data.sessions)
+    write_manifest(run.dir, "01_preprocess", inputs=[src], outputs=outs, rows=len(data.questions),
+                   started=started, extra={"source": str(src), "memories": len({s.memory_id for s in data.sessions}),
+                                           "sessions": len(data.sessions), "turns": n_turns})
+    print(f"01_preprocess: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
+          f"{n_turns} turns, {len(data.questions)} questions -> {run.dir}", flush=True)
+
+
+# ----------------------------------------------------------------------------- 02
+def episodes(run: Run) -> None:
+    sessions = load_sessions(run)
+    cfg = run.cfg.episodes
+    _llm_stage(run, "02_episodes", run.path("episodes"), "session_key", sessions, lambda s: s.key,
+               lambda s: episodes_mod.partition_session(run._client, s, cfg.mode, cfg.include_images),
+               "partition", [run.path("sessions")], lambda r: r["fallback_used"])
+
+
+# ----------------------------------------------------------------------------- 03
+def extract(run: Run) -> None:
+    views = load_views(run)
+    eps = load_episodes(run)
+    g, imgs = run.cfg.extract.granularity, run.cfg.episodes.include_images
+    _llm_stage(run, "03_extract", run.path("records"), "episode_id", eps, lambda e: e.episode_id,
+               lambda e: extract_mod.extract_episode(run._client, views[e.memory_id], e, g, imgs),
+               "extract", [run.path("episodes")], lambda r: r["fallback_used"])
+
+
+# ----------------------------------------------------------------------------- 04
+def index(run: Run) -> None:
+    started = time.time()
+    views = load_views(run)
+    eps_by: dict[str, list[Episode]] = defaultdict(list)
+    for e in load_episodes(run):
+        eps_by[e.memory_id].append(e)
+    recs_by: dict[str, list] = defaultdict(list)
+    for r in read_jsonl(run.path("records")):
+        recs_by[r["memory_id"]].extend(from_dict(ExtractRow, r).records)
+    out = run.path("index")
+    old = {r["memory_id"]: r for r in read_jsonl(out)} if out.exists() and not run.force else {}
+    emb = run.embedder()
+    settings = {"model": emb.model_id, **dataclasses.asdict(run.cfg.index),
+                "include_images": run.cfg.episodes.include_images}
+    rows = []
+    for mid in views:
+        fp = index_fingerprint(eps_by[mid], recs_by[mid], settings)
+        directory = run.dir / "04_index" / mid
+        if old.get(mid, {}).get("fingerprint") == fp and (directory / "embeddings.npz").exists():
+            rows.append(old[mid])
+            continue
+        idx = build_index(views[mid], eps_by[mid], recs_by[mid], emb, run.cfg.index.chunk_turns,
+                          run.cfg.index.chunk_stride, run.cfg.episodes.include_images)
+        idx.save(directory)
+        write_json(directory / "vocabulary.json", idx.vocabulary)
+        rows.append({"memory_id": mid, "fingerprint": fp, "path": str(directory.relative_to(run.dir)),
+                     "episodes": len(idx.episodes), "records": len(idx.records), "chunks": len(idx.chunk_episode),
+                     "properties": len(idx.vocabulary), "embedding_model": idx.embedding_model})
+    write_jsonl(out, rows)
+    write_manifest(run.dir, "04_index", inputs=[run.path("episodes"), run.path("records")], outputs=[out],
+                   rows=len(rows), started=started, extra={"embedding_model": emb.model_id})
+    _summary("04_index", rows, len(rows) - len([r for r in rows if r not in old.values()]), 0, 0, out, started)
+
+
+# ----------------------------------------------------------------------------- 05
+def plan(run: Run) -> None:
+    import json
+
+    questions = load_questions(run)
+    vocab = {}
+    for r in read_jsonl(run.path("index")):
+        vocab[r["memory_id"]] = json.loads((run.dir / r["path"] / "vocabulary.json").read_text(encoding="utf-8"))
+    g, vmax = run.cfg.extract.granularity, run.cfg.plan.vocabulary_max
+    _llm_stage(run, "05_plan", run.path("plans"), "qid", questions, lambda q: q.qid,
+               lambda q: plan_mod.plan_question(run._client, q, vocab.get(q.memory_id, {}),
+                                                granularity=g, vocabulary_max=vmax),
+               "plan", [run.path("questions"), run.path("index")], lambda r: r["fallback_used"])
+
+
+# ----------------------------------------------------------------------------- 06
+def retrieve(run: Run) -> None:
+    started = time.time()
+    questions = load_questions(run)
+    plans = _by_qid(read_jsonl(run.path("plans")), PlanRow)
+    views = load_views(run)
+    paths = {r["memory_id"]: run.dir / r["path"] for r in read_jsonl(run.path("index"))}
+    out = run.path("retrievals")
+    writer = StageWriter(out, "qid", force=run.force)
+    todo = writer.pending(questions, lambda q: q.qid)
+    emb = run.embedder() if todo else None
+    retrievers: dict[str, Retriever] = {}
+    try:
+        from tqdm import tqdm
+
+        for q in tqdm(todo, desc="06_retrieve", disable=not run.progress or len(todo) < 2, leave=False):
+            if q.memory_id not in retrievers:
+                retrievers[q.memory_id] = Retriever(MemoryIndex.load(paths[q.memory_id]), views[q.memory_id],
+                                                    emb, run.cfg.retrieve, run.cfg.episodes.include_images)
+            writer.write(to_dict(retrievers[q.memory_id].retrieve(q, plans[q.qid].plan)))
+    finally:
+        rows = writer.close(order=[q.qid for q in questions])
+    write_manifest(run.dir, "06_retrieve", inputs=[run.path("plans"), run.path("index")], outputs=[out],
+                   rows=len(rows), started=started, extra={"mode": run.cfg.retrieve.mode})
+    _summary("06_retrieve", rows, writer.resumed, len(todo), 0, out, started)
+
+
+# ----------------------------------------------------------------------------- 07
+def answer(run: Run) -> None:
+    questions = load_questions(run)
+    plans = _by_qid(read_jsonl(run.path("plans")), PlanRow)
+    rets = _by_qid(read_jsonl(run.path("retrievals")), RetrievalRow)
+    _llm_stage(run, "07_answer", run.path("answers"), "qid", questions, lambda q: q.qid,
+               lambda q: answer_mod.answer_question(run._client, q, plans[q.qid].plan, rets[q.qid]),
+               "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]))
+
+
+# ----------------------------------------------------------------------------- 08
+def judge_path(run: Run, name: str | None = None) -> Path:
+    return run.dir / f"08_judge_{name or run.cfg.judge.name}.jsonl"
+
+
+def judge(run: Run) -> None:
+    adapter = registry(run.cfg.benchmark)
+    gold = {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}
+    answers = [from_dict(AnswerRow, r) for r in read_jsonl(run.path("answers"))]
+    scored = [a for a in answers if adapter.is_scored(gold[a.qid])]
+    name, prompt_id = run.cfg.judge.name, run.cfg.judge.prompt
+    _llm_stage(run, f"08_judge_{name}", judge_path(run), "qid", scored, lambda a: a.qid,
+               lambda a: judge_answer(run._client, name, prompt_id, a, gold[a.qid]),
+               "judge", [run.path("answers"), run.path("gold")], lambda r: r["label"] is None)
+
+
+# ----------------------------------------------------------------------------- 09
+def aggregate(run: Run) -> None:
+    started = time.time()
+    adapter = registry(run.cfg.benchmark)
+    judges = sorted(p.name[len("08_judge_"):-len(".jsonl")] for p in run.dir.glob("08_judge_*.jsonl"))
+    if not judges:
+        raise FileNotFoundError(f"no 08_judge_*.jsonl in {run.dir}: run the judge stage first")
+    metrics = adapter.aggregate(run, judges)
+    write_json(run.dir / "metrics.json", metrics)
+    outs = adapter.write_tables(run, metrics)
+    write_manifest(run.dir, "09_aggregate", inputs=[judge_path(run, j) for j in judges] + [run.path("answers")],
+                   outputs=[run.dir / "metrics.json", *outs], rows=len(judges), started=started)
+    for path in outs:
+        if path.suffix == ".md":
+            print(path.read_text(encoding="utf-8"))
+    print(f"09_aggregate: metrics.json and {len(outs)} tables -> {run.dir}", flush=True)
+
+
+STAGES: dict[str, Callable[[Run], None]] = {
+    "preprocess": preprocess, "episodes": episodes, "extract": extract, "index": index, "plan": plan,
+    "retrieve": retrieve, "answer": answer, "judge": judge, "aggregate": aggregate,
+}
+
+
+def main(stage: str, benchmark: str, doc: str | None = None) -> None:
+    """Entry point of every numbered script: parse, run one stage, one-line errors."""
+    from common.cli import parse
+
+    cfg, args = parse(doc or "", benchmark)
+    run = Run(cfg, force=args.force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
+    try:
+        STAGES[stage](run)
+    except EndpointNotConfigured as exc:
+        sys.exit(f"error: {exc}")
+    except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
+        log.debug("stage failed", exc_info=True)
+        sys.exit(f"error: {' '.join(str(exc).split())}")
