@@ -20,6 +20,10 @@ def parse(doc: str, benchmark: str) -> tuple[Config, argparse.Namespace]:
     p.add_argument("--force", action="store_true", help="recompute this stage instead of resuming")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
+    # Model-loading progress bars and warnings would drown the one summary line per stage.
+    for var, value in (("TOKENIZERS_PARALLELISM", "false"), ("TRANSFORMERS_VERBOSITY", "error"),
+                       ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
+        os.environ.setdefault(var, value)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     # Keep third-party HTTP chatter out of stage output; our own summary line says what happened.
@@ -38,5 +42,4 @@ def parse(doc: str, benchmark: str) -> tuple[Config, argparse.Namespace]:
         raise SystemExit(f"config error: {exc}")
     if cfg.benchmark != benchmark:
         raise SystemExit(f"config error: benchmark: the config is for {cfg.benchmark!r}, this script is {benchmark!r}")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return cfg, args

@@ -94,11 +94,14 @@ def partition_messages(session: Session, include_images: bool) -> list[dict[str,
             {"role": "user", "content": user}]
 
 
-def _repair_messages(session: Session, error: str, proposal: str) -> list[dict[str, str]]:
+def _repair_messages(session: Session, error: str, proposal: str,
+                     include_images: bool = True) -> list[dict[str, str]]:
     user = prompts.render(
         "partition_repair_user", error=error,
         required_ids=json.dumps([t.dia_id for t in session.turns]), proposal=proposal,
     )
+    # The session itself: a malformed proposal alone gives nothing to choose themes from.
+    user += "\n\nSession turns:\n" + render_turns(session.turns, include_images)
     return [{"role": "system", "content": prompts.load("partition_repair_system")},
             {"role": "user", "content": user}]
 
@@ -121,7 +124,7 @@ def partition_session(client: LLMClient, session: Session, mode: str = "theme",
         except (ValueError, PartitionError) as exc:
             error = str(exc)
         row.repaired = True
-        second = client.complete("partition", _repair_messages(session, error, first.text), json_mode=True)
+        second = client.complete("partition", _repair_messages(session, error, first.text, include_images), json_mode=True)
         row.llm_calls.append(second.record("partition_repair_user"))
         row.episodes = validate_segments(session, parse_json_object(second.text))
         return row

@@ -60,13 +60,13 @@ def normalize_records(raw: Any, episode: Episode, granularity: str) -> tuple[lis
             continue
         entity, prop = _s(item.get("entity")), normprop(item.get("property"))
         ev_raw = item.get("evidence_dia_ids") or []
-        ev_raw = [ev_raw] if isinstance(ev_raw, str) else ev_raw
+        ev_raw = ev_raw if isinstance(ev_raw, list) else [ev_raw]
         ev = list(dict.fromkeys(str(e).strip() for e in ev_raw if str(e).strip() in allowed))
-        if len(ev) != len(ev_raw):
-            repaired += 1
         if not entity or not prop or not ev:
             dropped += 1
             continue
+        if any(str(e).strip() not in allowed for e in ev_raw):
+            repaired += 1  # a kept record that cited turns outside its episode
         etype = norm(item.get("entity_type"))
         modality = norm(item.get("modality")) or "observed"
         projection = norm(item.get("projection_kind")) or "direct"

@@ -320,7 +320,7 @@ class LLMClient:
                 retry=retry_if_exception(_is_retryable),
                 stop=stop_after_attempt(self.retry.max_attempts),
                 wait=wait_exponential_jitter(
-                    initial=self.retry.initial_wait, max=self.retry.max_wait, jitter=self.retry.initial_wait
+                    multiplier=self.retry.initial_wait, max=self.retry.max_wait, jitter=self.retry.initial_wait
                 ),
                 before_sleep=_count_retry,
                 reraise=True,
@@ -389,7 +389,7 @@ def embed_texts(
         for attempt in Retrying(
             retry=retry_if_exception(_is_retryable),
             stop=stop_after_attempt(6),
-            wait=wait_exponential_jitter(initial=1.0, max=30.0),
+            wait=wait_exponential_jitter(multiplier=1.0, max=30.0),
             reraise=True,
         ):
             with attempt:

@@ -82,6 +82,8 @@ def normalize_plan(raw: dict[str, Any]) -> Plan:
         hid = _str(h.get("hop_id")).lower()
         if not _HOP_ID.match(hid) or any(x.hop_id == hid for x in hops):
             hid = f"h{pos}"
+            while any(x.hop_id == hid for x in hops):  # an earlier hop may already use h{pos}
+                hid = f"h{int(hid[1:]) + 1}"
         anchor = _anchor(h.get("anchor"), f"hops[{pos}]")
         deps = [_str(d).lower() for d in (h.get("depends_on") or []) if _str(d)]
         deps += [m for f in (anchor.entity, anchor.value, anchor.condition_value) for m in _BRIDGE.findall(f)]
@@ -121,7 +123,8 @@ _AGGREGATE = re.compile(r"\b(how many|how often|how much|what are|list|which .* 
 def fallback_plan(question: str) -> Plan:
     """A single-hop plan from the question's own words, used only when the planner failed."""
     words = re.findall(r"[A-Za-z][\w'-]*", question)
-    entity = next((w.split("'")[0] for w in words if w[0].isupper() and w.lower() not in _QUESTION_WORDS), "user")
+    entity = next((w.split("'")[0] for w in words if w[0].isupper() and w.lower() not in _QUESTION_WORDS
+                   and w.split("'")[0] != "I"), "user")  # "I" is the user, not a name
     content = [t for t in content_tokens(question) if t != entity.lower()]
     prop = max(content, key=len) if content else "fact"
     aggregate = bool(_AGGREGATE.search(question))

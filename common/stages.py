@@ -189,12 +189,13 @@ def index(run: Run) -> None:
     emb = run.embedder()
     settings = {"model": emb.model_id, **dataclasses.asdict(run.cfg.index),
                 "include_images": run.cfg.episodes.include_images}
-    rows = []
+    rows, reused = [], 0
     for mid in views:
         fp = index_fingerprint(eps_by[mid], recs_by[mid], settings)
         directory = run.dir / "04_index" / mid
         if old.get(mid, {}).get("fingerprint") == fp and (directory / "embeddings.npz").exists():
             rows.append(old[mid])
+            reused += 1
             continue
         idx = build_index(views[mid], eps_by[mid], recs_by[mid], emb, run.cfg.index.chunk_turns,
                           run.cfg.index.chunk_stride, run.cfg.episodes.include_images)
@@ -206,7 +207,7 @@ def index(run: Run) -> None:
     write_jsonl(out, rows)
     write_manifest(run.dir, "04_index", inputs=[run.path("episodes"), run.path("records")], outputs=[out],
                    rows=len(rows), started=started, extra={"embedding_model": emb.model_id})
-    _summary("04_index", rows, len(rows) - len([r for r in rows if r not in old.values()]), 0, 0, out, started)
+    _summary("04_index", rows, reused, len(rows) - reused, 0, out, started)
 
 
 # ----------------------------------------------------------------------------- 05
@@ -301,6 +302,11 @@ STAGES: dict[str, Callable[[Run], None]] = {
 }
 
 
+# LLM roles each stage calls; their endpoints are checked before any input is read.
+STAGE_ROLES = {"episodes": ("partition",), "extract": ("extract",), "plan": ("plan",),
+               "answer": ("answer",), "judge": ("judge",)}
+
+
 def main(stage: str, benchmark: str, doc: str | None = None) -> None:
     """Entry point of every numbered script: parse, run one stage, one-line errors."""
     from common.cli import parse
@@ -308,6 +314,8 @@ def main(stage: str, benchmark: str, doc: str | None = None) -> None:
     cfg, args = parse(doc or "", benchmark)
     run = Run(cfg, force=args.force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
     try:
+        if stage in STAGE_ROLES and not (stage == "episodes" and cfg.episodes.mode != "theme"):
+            run.client(STAGE_ROLES[stage])
         STAGES[stage](run)
     except EndpointNotConfigured as exc:
         sys.exit(f"error: {exc}")

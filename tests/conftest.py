@@ -1,0 +1,48 @@
+"""Shared test fixtures: offline environment, the local fake OpenAI server, run helpers."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.fake_openai import FakeOpenAI
+
+REPO = Path(__file__).resolve().parent.parent
+REAL_LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
+TINY_LOCOMO = REPO / "tests" / "fixtures" / "locomo_tiny.json"
+
+# No test may reach a model hub; fail fast instead of hanging in retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+@pytest.fixture
+def fake_server():
+    with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def real_locomo() -> Path:
+    if not REAL_LOCOMO.exists():
+        pytest.skip(f"real LoCoMo file not available at {REAL_LOCOMO}")
+    return REAL_LOCOMO
+
+
+def run_overrides(tmp_path: Path, data: Path, **extra: object) -> list[str]:
+    """Config overrides that keep a test run's artifacts and caches inside tmp_path."""
+    sets = {
+        "data.path": str(data),
+        "run.results_dir": str(tmp_path / "results"),
+        "run.name": "t",
+        "llm.cache_path": str(tmp_path / "llm.sqlite"),
+        "embedding.cache_path": str(tmp_path / "emb.sqlite"),
+        "llm.initial_wait": 0.01,
+        "llm.max_wait": 0.05,
+        "llm.concurrency": 4,
+        **extra,
+    }
+    return [f"{k}={v}" for k, v in sets.items()]
