@@ -23,7 +23,6 @@ help:  ## list targets
 
 install:  ## create .venv and install the pinned requirements
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q torch==2.13.0
 	$(VENV)/bin/pip install -q -r requirements.txt
 
