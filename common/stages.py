@@ -104,6 +104,11 @@ def _by_qid(rows: list[dict[str, Any]], cls: type) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- helpers
+def _manifest(run: Run, stage: str, *, extra: dict | None = None, **kw: Any) -> None:
+    """Stage manifest with the resolved config, so each artifact names the settings it came from."""
+    write_manifest(run.dir, stage, extra={**(extra or {}), "config": dataclasses.asdict(run.cfg)}, **kw)
+
+
 def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
                work: Callable[[Any], Any], role: str, inputs: list[Path], failed: Callable[[Any], bool]) -> list[dict]:
     """Shared loop of the LLM stages: resume, map concurrently, write as completed, manifest."""
@@ -118,7 +123,7 @@ def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_f
         rows = writer.close(order=[key_fn(i) for i in items])
     n_failed = sum(1 for r in rows if failed(r))
     llm = client.summary().get(role, {})
-    write_manifest(run.dir, name, inputs=inputs, outputs=[out], rows=len(rows), started=started,
+    _manifest(run, name, inputs=inputs, outputs=[out], rows=len(rows), started=started,
                    extra={"resumed_rows": writer.resumed, "new_rows": len(todo), "failed_rows": n_failed,
                           "llm": llm})
     _summary(name, rows, writer.resumed, len(todo), n_failed, out, started, llm)
@@ -148,7 +153,7 @@ def preprocess(run: Run) -> None:
     write_jsonl(outs[2], (to_dict(g) for g in data.gold))
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
-    write_manifest(run.dir, "01_preprocess", inputs=[src], outputs=outs, rows=len(data.questions),
+    _manifest(run, "01_preprocess", inputs=[src], outputs=outs, rows=len(data.questions),
                    started=started, extra={"source": str(src), "memories": len({s.memory_id for s in data.sessions}),
                                            "sessions": len(data.sessions), "turns": n_turns})
     print(f"01_preprocess: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
@@ -205,7 +210,7 @@ def index(run: Run) -> None:
                      "episodes": len(idx.episodes), "records": len(idx.records), "chunks": len(idx.chunk_episode),
                      "properties": len(idx.vocabulary), "embedding_model": idx.embedding_model})
     write_jsonl(out, rows)
-    write_manifest(run.dir, "04_index", inputs=[run.path("episodes"), run.path("records")], outputs=[out],
+    _manifest(run, "04_index", inputs=[run.path("episodes"), run.path("records")], outputs=[out],
                    rows=len(rows), started=started, extra={"embedding_model": emb.model_id})
     _summary("04_index", rows, reused, len(rows) - reused, 0, out, started)
 
@@ -247,7 +252,7 @@ def retrieve(run: Run) -> None:
             writer.write(to_dict(retrievers[q.memory_id].retrieve(q, plans[q.qid].plan)))
     finally:
         rows = writer.close(order=[q.qid for q in questions])
-    write_manifest(run.dir, "06_retrieve", inputs=[run.path("plans"), run.path("index")], outputs=[out],
+    _manifest(run, "06_retrieve", inputs=[run.path("plans"), run.path("index")], outputs=[out],
                    rows=len(rows), started=started, extra={"mode": run.cfg.retrieve.mode})
     _summary("06_retrieve", rows, writer.resumed, len(todo), 0, out, started)
 
@@ -288,7 +293,7 @@ def aggregate(run: Run) -> None:
     metrics = adapter.aggregate(run, judges)
     write_json(run.dir / "metrics.json", metrics)
     outs = adapter.write_tables(run, metrics)
-    write_manifest(run.dir, "09_aggregate", inputs=[judge_path(run, j) for j in judges] + [run.path("answers")],
+    _manifest(run, "09_aggregate", inputs=[judge_path(run, j) for j in judges] + [run.path("answers")],
                    outputs=[run.dir / "metrics.json", *outs], rows=len(judges), started=started)
     for path in outs:
         if path.suffix == ".md":
