@@ -13,6 +13,7 @@ from typing import Any
 from common import prompts
 from common.llm import LLMCallError, LLMClient, parse_json_object
 from common.render import render_turns
+from common.repair import complete_with_repair
 from common.schema import Episode, PartitionRow, Session
 from common.text import THEME_TYPES, norm
 
@@ -96,12 +97,12 @@ def partition_messages(session: Session, include_images: bool) -> list[dict[str,
 
 def _repair_messages(session: Session, error: str, proposal: str,
                      include_images: bool = True) -> list[dict[str, str]]:
+    # The session itself goes in too: a malformed proposal alone gives nothing to choose themes from.
     user = prompts.render(
         "partition_repair_user", error=error,
         required_ids=json.dumps([t.dia_id for t in session.turns]), proposal=proposal,
+        session_text=render_turns(session.turns, include_images),
     )
-    # The session itself: a malformed proposal alone gives nothing to choose themes from.
-    user += "\n\nSession turns:\n" + render_turns(session.turns, include_images)
     return [{"role": "system", "content": prompts.load("partition_repair_system")},
             {"role": "user", "content": user}]
 
@@ -114,23 +115,16 @@ def partition_session(client: LLMClient, session: Session, mode: str = "theme",
     if mode != "theme":
         row.episodes = fixed_episodes(session, mode)
         return row
-    error = ""
     try:
-        first = client.complete("partition", partition_messages(session, include_images), json_mode=True)
-        row.llm_calls.append(first.record("partition_user"))
-        try:
-            row.episodes = validate_segments(session, parse_json_object(first.text))
-            return row
-        except (ValueError, PartitionError) as exc:
-            error = str(exc)
-        row.repaired = True
-        second = client.complete("partition", _repair_messages(session, error, first.text, include_images), json_mode=True)
-        row.llm_calls.append(second.record("partition_repair_user"))
-        row.episodes = validate_segments(session, parse_json_object(second.text))
+        row.episodes, row.repaired = complete_with_repair(
+            client, "partition", partition_messages(session, include_images),
+            lambda text: validate_segments(session, parse_json_object(text)),
+            lambda error, text: _repair_messages(session, error, text, include_images),
+            ("partition_user", "partition_repair_user"), row.llm_calls)
         return row
-    except (ValueError, PartitionError, LLMCallError) as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    row.fallback_used, row.fallback_error = True, error
+    except (ValueError, LLMCallError) as exc:
+        row.repaired = len(row.llm_calls) > 1
+        row.fallback_used, row.fallback_error = True, f"{type(exc).__name__}: {exc}"
     row.episodes = fixed_episodes(session, "session")
     for ep in row.episodes:
         ep.mode = "theme"  # a fallback episode of a theme run, recorded by fallback_used

@@ -12,6 +12,7 @@ from typing import Any
 from common import prompts
 from common.llm import LLMCallError, LLMClient, parse_json_object
 from common.render import MemoryView
+from common.repair import complete_with_repair
 from common.schema import Episode, ExtractRow, Record
 from common.text import ENTITY_TYPES, MODALITIES, PROJECTION_KINDS, norm, normalize_condition, normprop
 
@@ -111,23 +112,21 @@ def extract_episode(client: LLMClient, view: MemoryView, episode: Episode, granu
     """Extract records of one episode; a failed reply is repaired once, then recorded empty."""
     row = ExtractRow(episode_id=episode.episode_id, memory_id=episode.memory_id,
                      granularity=granularity, records=[])
+
+    def repair(error: str, text: str) -> list[dict[str, str]]:
+        user = prompts.render("extract_repair_user", error=error, proposal=text,
+                              episode_text=view.episode_text(episode, include_images))
+        return [{"role": "system", "content": prompts.load("extract_repair_system")},
+                {"role": "user", "content": user}]
+
     try:
-        first = client.complete("extract", extract_messages(view, episode, granularity, include_images),
-                                json_mode=True)
-        row.llm_calls.append(first.record(f"extract_user/{granularity}"))
-        try:
-            row.records, row.n_raw, row.n_dropped, row.n_repaired_evidence = _parse(first.text, episode, granularity)
-            return row
-        except ValueError as exc:
-            error = str(exc)
-        row.repaired = True
-        msgs = [{"role": "system", "content": prompts.load("extract_repair_system")},
-                {"role": "user", "content": prompts.render("extract_repair_user", error=error,
-                                                           proposal=first.text)}]
-        second = client.complete("extract", msgs, json_mode=True)
-        row.llm_calls.append(second.record("extract_repair_user"))
-        row.records, row.n_raw, row.n_dropped, row.n_repaired_evidence = _parse(second.text, episode, granularity)
+        parsed, row.repaired = complete_with_repair(
+            client, "extract", extract_messages(view, episode, granularity, include_images),
+            lambda text: _parse(text, episode, granularity), repair,
+            (f"extract_user/{granularity}", "extract_repair_user"), row.llm_calls)
+        row.records, row.n_raw, row.n_dropped, row.n_repaired_evidence = parsed
     except (ValueError, LLMCallError) as exc:
         # The episode stays retrievable through the lexical and dense routes.
+        row.repaired = len(row.llm_calls) > 1
         row.fallback_used, row.error = True, f"{type(exc).__name__}: {exc}"
     return row

@@ -15,6 +15,7 @@ from typing import Any
 from common import prompts
 from common.extract import granularity_policy
 from common.llm import LLMCallError, LLMClient, parse_json_object
+from common.repair import complete_with_repair
 from common.schema import Anchor, Hop, Plan, PlanRow, Question, to_dict
 from common.text import ENTITY_TYPES, content_tokens, normalize_condition, normprop
 
@@ -85,7 +86,9 @@ def normalize_plan(raw: dict[str, Any]) -> Plan:
             while any(x.hop_id == hid for x in hops):  # an earlier hop may already use h{pos}
                 hid = f"h{int(hid[1:]) + 1}"
         anchor = _anchor(h.get("anchor"), f"hops[{pos}]")
-        deps = [_str(d).lower() for d in (h.get("depends_on") or []) if _str(d)]
+        raw_deps = h.get("depends_on") or []
+        raw_deps = [raw_deps] if isinstance(raw_deps, (str, int)) else raw_deps
+        deps = [_str(d).lower() for d in raw_deps if _str(d)] if isinstance(raw_deps, list) else []
         deps += [m for f in (anchor.entity, anchor.value, anchor.condition_value) for m in _BRIDGE.findall(f)]
         earlier = {x.hop_id for x in hops}
         bad = [d for d in deps if d not in earlier]
@@ -142,22 +145,19 @@ def plan_question(client: LLMClient, question: Question, vocabulary: dict[str, i
     row = PlanRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
                   plan=fallback_plan(question.question), vocabulary_size=shown,
                   vocabulary_total=len(vocabulary))
+
+    def repair(error: str, text: str) -> list[dict[str, str]]:
+        user = prompts.render("plan_repair_user", error=error, question=question.question, proposal=text)
+        return [{"role": "system", "content": prompts.load("plan_repair_system")},
+                {"role": "user", "content": user}]
+
     try:
-        first = client.complete("plan", plan_messages(question, vocab_text, granularity), json_mode=True)
-        row.llm_calls.append(first.record("plan_user"))
-        try:
-            row.plan = normalize_plan(parse_json_object(first.text))
-            return row
-        except ValueError as exc:
-            error = str(exc)
-        row.repaired = True
-        msgs = [{"role": "system", "content": prompts.load("plan_repair_system")},
-                {"role": "user", "content": prompts.render("plan_repair_user", error=error,
-                                                           question=question.question, proposal=first.text)}]
-        second = client.complete("plan", msgs, json_mode=True)
-        row.llm_calls.append(second.record("plan_repair_user"))
-        row.plan = normalize_plan(parse_json_object(second.text))
+        row.plan, row.repaired = complete_with_repair(
+            client, "plan", plan_messages(question, vocab_text, granularity),
+            lambda text: normalize_plan(parse_json_object(text)), repair,
+            ("plan_user", "plan_repair_user"), row.llm_calls)
     except (ValueError, LLMCallError) as exc:
+        row.repaired = len(row.llm_calls) > 1
         row.fallback_used, row.error = True, f"{type(exc).__name__}: {exc}"
         row.plan = fallback_plan(question.question)
     return row

@@ -183,6 +183,15 @@ def test_cache_mode_refresh_calls_and_rewrites(server, tmp_path):
     assert server.request_count == 2
 
 
+@pytest.mark.parametrize("mode,stored", [("rw", True), ("refresh", True), ("ro", False)])
+def test_cache_put_respects_mode(tmp_path, mode, stored):
+    ResponseCache(str(tmp_path / "c.sqlite"))  # create the table
+    cache = ResponseCache(str(tmp_path / "c.sqlite"), mode=mode)
+    cache.put("k1", {"model": "m"}, "reply", {"prompt_tokens": 3, "completion_tokens": 1})
+    got = ResponseCache(str(tmp_path / "c.sqlite")).get("k1")
+    assert got == (("reply", {"prompt_tokens": 3, "completion_tokens": 1}) if stored else None)
+
+
 def test_invalid_cache_mode_rejected(tmp_path):
     with pytest.raises(ValueError, match="cache_mode"):
         ResponseCache(str(tmp_path / "c.sqlite"), mode="write")
@@ -210,6 +219,17 @@ def test_retries_on_timeout_then_succeeds(tmp_path):
     assert comp.cached is False
     assert elapsed < 1.4  # the client gave up after its own timeout, not the server's delay
     assert client.summary()["judge"]["retries"] == 1
+
+
+def test_timeouts_exhausting_attempts_name_the_cause(tmp_path):
+    with FakeOpenAI(faults=FaultPlan(script=["timeout", "timeout"], timeout_seconds=1.0)) as srv:
+        client = make_client(srv.base_url, tmp_path, timeout=0.2,
+                             retry=RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.02))
+        with pytest.raises(LLMCallError) as ei:
+            client.complete("judge", judge_messages())
+        assert srv.request_count == 2
+    assert ei.value.cause == "timeout"
+    assert client.summary()["judge"]["failures"] == {"timeout": 1}
 
 
 def test_400_fails_fast(tmp_path):
@@ -260,7 +280,7 @@ def test_no_endpoint_raises_one_line(tmp_path):
             call()
         msg = str(ei.value)
         assert "\n" not in msg
-        assert "judge" in msg and "OPENAI_BASE_URL" in msg
+        assert "'judge'" in msg and "OPENAI_BASE_URL" in msg
 
 
 def test_unknown_role_is_named(tmp_path):

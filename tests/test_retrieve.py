@@ -154,7 +154,7 @@ PAINTING = dict(entity="Melanie", entity_type="person", property="activity", val
     ("Sushi", "  sushi ", 0.0, True),  # equal after normalization
     ("art", "smart phone", 0.0, True),  # substring only (no shared token, no 4-letter prefix)
     ("red car", "car keys", 0.0, True),  # shared token only
-    ("paint", "paintings", 0.0, True),  # 4+ letter prefix (paint/paintings), not a substring of the other way
+    ("paint", "paintings", 0.0, True),  # substring (and 4+ letter prefix)
     ("hiking trips", "hikes", 0.0, False),  # shared "hik" is only 3 letters; no other rule
     ("violin", "cello", 0.90, True),  # cosine at/above threshold
     ("violin", "cello", 0.86, True),
@@ -299,6 +299,9 @@ def test_all_matching_keeps_every_structured_match(index):
         RID[("Melanie", "activity", v)] for v in
         ("hiking in the mountains", "sunset painting", "museum trip with kids", "violin practice")}
     assert row.scope == "all_matching"
+    # Covered, yet an all_matching hop still adds the fallback candidates (never stops early).
+    assert row.coverage == {"h1": True}
+    assert {s.episode_id for s in row.selected if s.route in ("lexical", "dense")} == {E4, E5}
 
 
 def test_fixed_k_truncates_each_hop(index):

@@ -1,0 +1,29 @@
+"""One call, one repair: the JSON-reply discipline shared by partition, extraction and planning.
+
+The first reply is parsed and validated; if that raises ``ValueError`` a single repair call is
+made with the error and the failed reply. If the repair fails too (or a call fails), the
+exception reaches the caller, which records its deterministic fallback: nothing is dropped.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+from common.llm import LLMClient
+
+T = TypeVar("T")
+Messages = list[dict[str, str]]
+
+
+def complete_with_repair(client: LLMClient, role: str, messages: Messages, parse: Callable[[str], T],
+                         repair_messages: Callable[[str, str], Messages], prompt_ids: tuple[str, str],
+                         calls: list[dict[str, Any]]) -> tuple[T, bool]:
+    """Return (parsed value, whether a repair call was needed); audit entries go to ``calls``."""
+    first = client.complete(role, messages, json_mode=True)
+    calls.append(first.record(prompt_ids[0]))
+    try:
+        return parse(first.text), False
+    except ValueError as exc:
+        error = str(exc)
+    second = client.complete(role, repair_messages(error, first.text), json_mode=True)
+    calls.append(second.record(prompt_ids[1]))
+    return parse(second.text), True
