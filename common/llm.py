@@ -306,6 +306,7 @@ class LLMClient:
         if self.cache.mode == "ro":
             with self._lock:
                 stat.failed += 1
+                stat.failures["cache_miss"] = stat.failures.get("cache_miss", 0) + 1
             raise LLMCallError(f"cache miss in read-only mode (role {role})", "cache_miss")
         client = self._client(base_url, api_key, settings.timeout)
         t0 = time.perf_counter()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.config import load_config
-from common.stages import STAGES, Run
+from common.stages import STAGES, Run, StageFailed
 from tests.conftest import REPO, TINY_LOCOMO, run_overrides
 
 ORDER = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate"]
@@ -160,3 +160,17 @@ def test_preprocess_counts_on_the_whole_real_file(tmp_path, real_locomo):
     cats = Counter(g["category"] for g in rows(run.path("gold")))
     assert [cats[c] for c in (1, 2, 3, 4, 5)] == [282, 321, 96, 841, 446]
     assert sum(cats[c] for c in (1, 2, 3, 4)) == 1540
+
+
+def test_changed_settings_are_refused_instead_of_mixed(tmp_path, fake_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    sets = run_overrides(tmp_path, TINY_LOCOMO)
+    run_stages(sets, ORDER[:6])
+    changed = sets + ["retrieve.mode=dense_only"]
+    with pytest.raises(StageFailed, match=r"retrieve\.mode: 'adaptive' -> 'dense_only'"):
+        run_stages(changed, ["retrieve"])
+    # A larger question selection is not a settings change: the run extends.
+    run_stages(sets + ["data.question_limit=2"], ["preprocess", "plan", "retrieve"])
+    forced = Run(load_config(["configs/locomo.yaml"], changed), force=True, progress=False)
+    STAGES["retrieve"](forced)
+    assert {r["mode"] for r in rows(forced.path("retrievals"))} == {"dense_only"}

@@ -155,7 +155,8 @@ def test_cache_mode_ro_miss_raises_without_request(server, tmp_path):
         client.complete("judge", judge_messages())
     assert ei.value.cause == "cache_miss"
     assert server.request_count == 0
-    assert client.summary()["judge"]["failed"] == 1
+    st = client.summary()["judge"]
+    assert (st["calls"], st["failed"], st["new"], st["failures"]) == (1, 1, 0, {"cache_miss": 1})
 
     # Filled by an rw client, the same request is then served read-only without a request.
     text = make_client(server.base_url, tmp_path).complete("judge", judge_messages()).text
