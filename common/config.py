@@ -143,7 +143,7 @@ class RetrieveConfig:
     coverage_score: float = 0.8
     temporal_neighbors: int = 0  # episodes on each side kept for temporal plans (date context)
     max_episodes: int = 60  # hard cap per question, after merging hops
-    max_buffer_tokens: int = 20000  # stop adding episodes (in rank order) past this
+    max_buffer_tokens: int = 20000  # episodes are added in rank order; one that would exceed this is skipped
 
 
 @dataclass

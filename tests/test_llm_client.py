@@ -408,3 +408,9 @@ def test_summary_token_sums_match_server_usage(server, tmp_path):
     assert exp_prompt > 0 and exp_completion > 0
     assert (st["calls"], st["cached"], st["new"]) == (4, 1, 3)
     assert st["latency_mean"] is not None and st["latency_p50"] <= st["latency_p95"]
+
+
+def test_parse_json_object_reports_a_truncated_reply_as_truncated():
+    # A reply cut by max_tokens must not yield a complete object nested inside it.
+    with pytest.raises(ValueError, match="truncated"):
+        parse_json_object('{"records": [{"entity": "Nadia", "property": "adopt"}, {"entity": "To')
