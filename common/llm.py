@@ -419,9 +419,9 @@ def parse_json_object(text: str) -> dict[str, Any]:
             try:
                 obj, _ = dec.raw_decode(s, i)
             except json.JSONDecodeError as exc:
-                if exc.pos >= len(s) - 1:
-                    # The object runs to the end of the reply: it was cut off (max_tokens). Say so
-                    # instead of returning some complete object nested inside it.
+                if exc.pos >= len(s) - 1 or s.count("{", i) > s.count("}", i):
+                    # The object never closes: the reply was cut off (max_tokens). Say so instead
+                    # of returning some complete object nested inside it.
                     raise ValueError(f"truncated JSON reply ({len(s)} chars): {exc.msg}") from None
                 continue
             if isinstance(obj, dict):
