@@ -46,3 +46,14 @@ def run_overrides(tmp_path: Path, data: Path, **extra: object) -> list[str]:
         **extra,
     }
     return [f"{k}={v}" for k, v in sets.items()]
+
+
+def make_client(server, tmp_path: Path, role: str, *, max_attempts: int = 2):
+    """An LLMClient with one role pointed at the fake server, fast retries and a private cache."""
+    from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+
+    return LLMClient(
+        {role: RoleSettings(role=role, model="m", base_url=server.base_url, timeout=2.0)},
+        cache=ResponseCache(str(tmp_path / "c.sqlite")),
+        retry=RetryPolicy(max_attempts=max_attempts, initial_wait=0.01, max_wait=0.02),
+    )

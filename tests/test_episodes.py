@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests import conftest
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fake_openai import FakeOpenAI, FaultPlan  # noqa: E402
@@ -43,11 +45,7 @@ def seg(start: str, end: str, theme: str = "support group", theme_type: str = "t
 
 
 def make_client(server: FakeOpenAI, tmp_path) -> LLMClient:
-    return LLMClient(
-        {"partition": RoleSettings(role="partition", model="m", base_url=server.base_url, timeout=2.0)},
-        cache=ResponseCache(str(tmp_path / "c.sqlite")),
-        retry=RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.02),
-    )
+    return conftest.make_client(server, tmp_path, "partition")
 
 
 # --------------------------------------------------------------------------- validate_segments

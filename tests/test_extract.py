@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from tests import conftest
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fake_openai import FakeOpenAI, FaultPlan  # noqa: E402
@@ -49,11 +51,7 @@ def rec(**kw) -> dict:
 
 
 def make_client(server: FakeOpenAI, tmp_path) -> LLMClient:
-    return LLMClient(
-        {"extract": RoleSettings(role="extract", model="m", base_url=server.base_url, timeout=2.0)},
-        cache=ResponseCache(str(tmp_path / "c.sqlite")),
-        retry=RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.02),
-    )
+    return conftest.make_client(server, tmp_path, "extract")
 
 
 # --------------------------------------------------------------------------- normalize_records

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests import conftest
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fake_openai import FakeOpenAI, FaultPlan  # noqa: E402
@@ -32,11 +34,7 @@ def plan(hops, **kw) -> dict:
 
 
 def make_client(server: FakeOpenAI, tmp_path) -> LLMClient:
-    return LLMClient(
-        {"plan": RoleSettings(role="plan", model="m", base_url=server.base_url, timeout=2.0)},
-        cache=ResponseCache(str(tmp_path / "c.sqlite")),
-        retry=RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.02),
-    )
+    return conftest.make_client(server, tmp_path, "plan")
 
 
 # --------------------------------------------------------------------------- normalize_plan
