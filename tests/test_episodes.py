@@ -2,26 +2,23 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 
 from tests import conftest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fake_openai import FakeOpenAI, FaultPlan  # noqa: E402
+from tests.fake_openai import FakeOpenAI, FaultPlan
 
-from common.episodes import (  # noqa: E402
+from common.episodes import (
     PartitionError,
     episode_id,
     fixed_episodes,
     partition_session,
     validate_segments,
 )
-from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings  # noqa: E402
-from common.schema import Session, Turn  # noqa: E402
+from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+from common.schema import Session, Turn
 
 TEXTS = [
     ("Caroline", "I went to the LGBTQ support group yesterday and it was powerful."),

@@ -1,22 +1,19 @@
 """Stage 03 (common/extract.py): record normalization, prompt assembly, LLM extraction."""
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 
 from tests import conftest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fake_openai import FakeOpenAI, FaultPlan  # noqa: E402
+from tests.fake_openai import FakeOpenAI, FaultPlan
 
-from common import prompts  # noqa: E402
-from common.extract import GRANULARITIES, extract_episode, extract_messages, normalize_records  # noqa: E402
-from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings  # noqa: E402
-from common.render import MemoryView  # noqa: E402
-from common.schema import Episode, Session, Turn  # noqa: E402
+from common import prompts
+from common.extract import GRANULARITIES, extract_episode, extract_messages, normalize_records
+from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+from common.render import MemoryView
+from common.schema import Episode, Session, Turn
 
 TEXTS = [
     ("Caroline", "I went to the LGBTQ support group yesterday and it was powerful."),

@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 openai = pytest.importorskip("openai")
 
-from fake_openai import (  # noqa: E402
+from tests.fake_openai import (
     FAKE_MODEL,
     MALFORMED_CONTENT,
     FakeOpenAI,

@@ -3,19 +3,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fake_openai import FakeOpenAI  # noqa: E402
+from tests.fake_openai import FakeOpenAI
 
-from common.config import ConfigError, load_config, to_yaml  # noqa: E402
-from common.io import ArtifactError, StageWriter, read_jsonl  # noqa: E402
-from common.judge import judge_answer, parse_label  # noqa: E402
-from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings  # noqa: E402
-from common.schema import AnswerRow, Gold  # noqa: E402
+from common.config import ConfigError, load_config, to_yaml
+from common.io import ArtifactError, StageWriter, read_jsonl
+from common.judge import judge_answer, parse_label
+from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+from common.schema import AnswerRow, Gold
 
 PAPER = "configs/locomo.yaml"
 

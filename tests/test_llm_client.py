@@ -5,18 +5,15 @@ Every network call goes to the local scripted server in tests/fake_openai.py.
 from __future__ import annotations
 
 import glob
-import os
-import sys
 import threading
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fake_openai import FakeOpenAI, FaultPlan, approx_tokens, prompt_text, scripted_content  # noqa: E402
+from tests.fake_openai import FakeOpenAI, FaultPlan, approx_tokens, prompt_text, scripted_content
 
-from common.llm import (  # noqa: E402
+from common.llm import (
     OPENAI_DEFAULT_BASE_URL,
     Completion,
     EndpointNotConfigured,

@@ -2,20 +2,17 @@
 from __future__ import annotations
 
 import copy
-import os
-import sys
 
 import pytest
 
 from tests import conftest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fake_openai import FakeOpenAI, FaultPlan  # noqa: E402
+from tests.fake_openai import FakeOpenAI, FaultPlan
 
-from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings  # noqa: E402
-from common.plan import PlanError, fallback_plan, normalize_plan, plan_question, vocabulary_text  # noqa: E402
-from common.schema import Question  # noqa: E402
+from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+from common.plan import PlanError, fallback_plan, normalize_plan, plan_question, vocabulary_text
+from common.schema import Question
 
 
 def anchor(entity="Melanie", prop="activity", **kw) -> dict:

@@ -13,17 +13,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tiktoken  # noqa: E402
-import tiktoken.load  # noqa: E402
-import tiktoken.registry  # noqa: E402
+import numpy as np
+import pytest
+import tiktoken
+import tiktoken.load
+import tiktoken.registry
 
-from common import embeddings as emb  # noqa: E402
-from common import tokens  # noqa: E402
+from common import embeddings as emb
+from common import tokens
 
 SAMPLE = "Caroline went to the LGBTQ support group on 7 May 2023 and felt 'really empowered'."
 
