@@ -12,7 +12,10 @@ from common.schema import Episode, Session, Turn
 
 
 def render_turn(turn: Turn, include_images: bool = True) -> str:
-    speaker = turn.speaker if turn.role != "assistant" else f"{turn.speaker} (assistant)"
+    # Assistant turns are labelled as such: single-session-assistant questions ask about them.
+    speaker = turn.speaker
+    if turn.role == "assistant" and "assistant" not in speaker.lower():
+        speaker = f"{speaker} (assistant)"
     lines = [f"[{turn.dia_id}] {speaker}: {turn.text}"]
     if include_images:
         if turn.blip_caption:

@@ -106,6 +106,9 @@ class Gold:
     adversarial_answer: str = ""
     question_type: str = ""
     abstention: bool = False
+    # LongMemEval: gold sessions and the dia_ids of turns flagged has_answer (any role).
+    answer_session_ids: list[str] = field(default_factory=list)
+    has_answer: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- 02 episodes
