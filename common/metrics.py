@@ -12,6 +12,7 @@ values of its section 4 in tests/test_metrics.py.
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections import Counter, defaultdict
@@ -172,3 +173,184 @@ def grouped_accuracy(
     for row in rows:
         groups[row[key]].append(row[label_key])
     return {group: accuracy(groups[group]) for group in sorted(groups)}
+
+
+# ----------------------------------------------------------------------------- LongMemEval retrieval
+# Official definitions (xiaowu0162/LongMemEval src/retrieval/eval_utils.py and run_retrieval.py,
+# summarised in shared/spec/benchmarks.md section 3.2). Upstream ranks every corpus entry; our
+# retrievers may return fewer, and an entry that was not returned simply counts as not retrieved.
+
+LME_KS: tuple[int, ...] = (1, 3, 5, 10, 30, 50)
+# Turn ids are "<session_id>_<j>"; the turn->session mapping drops this last suffix.
+_TURN_SUFFIX = re.compile(r"_\d+$")
+# Internal prefix for non-relevant turns of a session that has relevant turns. Upstream renames
+# them answer->noans, so they map to a *different* session id than the relevant turns do.
+_NOANS = "noans::"
+
+
+def _check_k(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+
+
+def recall_any_at_k(ranked_ids: Sequence[str], correct_ids: Iterable[str], k: int) -> float:
+    """1.0 if any correct id is among the first ``k`` ranked ids, else 0.0 (0.0 if none are correct)."""
+    _check_k(k)
+    top = set(ranked_ids[:k])
+    return float(any(c in top for c in set(correct_ids)))
+
+
+def recall_all_at_k(ranked_ids: Sequence[str], correct_ids: Iterable[str], k: int) -> float:
+    """1.0 if every correct id is among the first ``k`` ranked ids, else 0.0.
+
+    As upstream (``all`` over the correct ids) an empty correct set gives 1.0; such questions
+    are skipped by ``retrieval_skip_reason`` before averaging.
+    """
+    _check_k(k)
+    top = set(ranked_ids[:k])
+    return float(all(c in top for c in set(correct_ids)))
+
+
+def _lme_dcg(relevances: Sequence[float]) -> float:
+    # Upstream's variant: rank 1 undiscounted, rank i >= 2 divided by log2(i), so ranks 1 and 2
+    # both count fully (standard DCG divides rank i by log2(i + 1)).
+    return sum(rel if i == 1 else rel / math.log2(i) for i, rel in enumerate(relevances, start=1))
+
+
+def ndcg_any_at_k(
+    ranked_ids: Sequence[str],
+    correct_ids: Iterable[str],
+    k: int,
+    corpus_ids: Sequence[str] | None = None,
+) -> float:
+    """Official LongMemEval ``ndcg_any@k`` with binary relevance and the non-standard DCG.
+
+    DCG = rel_1 + sum_{i=2..k} rel_i / log2(i) over the first ``k`` ranked ids; IDCG is the same
+    formula on all corpus relevances sorted in descending order and cut to ``k``; 0.0 if IDCG
+    is 0.
+
+    Args:
+        ranked_ids: What the retriever returned, best first (may be shorter than the corpus and,
+            in turn->session mode, hold repeats: each position is scored on its own).
+        correct_ids: The relevant ids.
+        k: Cut-off, >= 1.
+        corpus_ids: The whole corpus, repeats included (the ideal ranking counts every relevant
+            corpus entry). If None, the corpus is assumed to hold each correct id once.
+    """
+    _check_k(k)
+    correct = set(correct_ids)
+    if corpus_ids is None:
+        n_relevant = len(correct)
+    else:
+        n_relevant = sum(1 for c in corpus_ids if c in correct)
+    ideal = _lme_dcg([1.0] * min(k, n_relevant))
+    if ideal == 0:
+        return 0.0
+    return _lme_dcg([1.0 if r in correct else 0.0 for r in ranked_ids[:k]]) / ideal
+
+
+def turn_session_id(turn_id: str) -> str:
+    """``<session_id>_<j>`` -> ``<session_id>`` (drops only the last ``_<digits>``)."""
+    return _TURN_SUFFIX.sub("", turn_id)
+
+
+def turn_to_session_ranking(ranked_turn_ids: Sequence[str], k: int) -> list[str]:
+    """Map a turn ranking to sessions for the official turn->session metrics.
+
+    Every turn id loses its last ``_<n>``; the effective cut-off ``k_eff`` starts at ``k`` and
+    grows until the first ``k_eff`` turns cover ``k`` distinct sessions, or the list ends.
+
+    Returns:
+        The session-mapped ranking cut at ``k_eff`` (repeats kept: each position is one turn).
+        Upstream grows ``k_eff`` into the rest of its full corpus ranking; with a shorter list
+        the metrics should be cut at ``max(k, len(result))`` (unreturned turns count as misses).
+    """
+    _check_k(k)
+    mapped = [turn_session_id(t) for t in ranked_turn_ids]
+    seen: set[str] = set()
+    k_eff = 0
+    for k_eff, session in enumerate(mapped, start=1):
+        seen.add(session)
+        if k_eff >= k and len(seen) >= k:
+            break
+    return mapped[:k_eff]
+
+
+def retrieval_skip_reason(gold_abstention: bool, user_has_answer_count: int) -> str | None:
+    """Why the official retrieval averages leave a question out, or None if it is scored.
+
+    Upstream ``run_retrieval`` skips abstention (``_abs``) questions, and questions where no
+    user turn carries ``has_answer`` (their evidence is absent or only in assistant turns, as in
+    most single-session-assistant items), at every granularity.
+    """
+    if gold_abstention:
+        return "abstention"
+    if user_has_answer_count <= 0:
+        return "no_user_has_answer"
+    return None
+
+
+def _three(ranked: Sequence[str], correct: Iterable[str], k: int, corpus: Sequence[str]) -> dict[str, float]:
+    correct = set(correct)
+    return {
+        f"recall_any@{k}": recall_any_at_k(ranked, correct, k),
+        f"recall_all@{k}": recall_all_at_k(ranked, correct, k),
+        f"ndcg_any@{k}": ndcg_any_at_k(ranked, correct, k, corpus),
+    }
+
+
+def longmemeval_retrieval_metrics(
+    ranked_session_ids: Sequence[str],
+    ranked_turn_ids: Sequence[str],
+    corpus_session_ids: Sequence[str],
+    relevant_sessions: Iterable[str],
+    corpus_turn_ids: Sequence[str],
+    relevant_turns: Iterable[str],
+    ks: Iterable[int] = LME_KS,
+) -> dict[str, dict[str, float]]:
+    """Official LongMemEval retrieval metrics of one question at every k.
+
+    All ids are official ids (``common.benchmarks.longmemeval.official_session_id`` /
+    ``official_turn_id``; ``retrieval_gold`` builds the corpus and gold lists):
+
+    * session level: the corpus is every haystack session; relevant = answer sessions with at
+      least one user turn flagged ``has_answer`` (upstream relabels the others answer->noans).
+    * turn level: the corpus is the **user** turns only, ``<session_id>_<j>`` with j 1-based over
+      all turns; relevant = flagged user turns of answer sessions.
+    * turn_as_session: the turn ranking mapped to sessions (``turn_to_session_ranking``); a
+      position is relevant iff its turn is relevant; non-relevant turns of a relevant session
+      count as a separate pseudo-session, as upstream's answer->noans renaming makes them.
+
+    Skip rules (apply ``retrieval_skip_reason`` before averaging, not here): upstream averages
+    exclude abstention questions (``_abs`` in the id) and questions with no user turn flagged
+    ``has_answer``; the mean is a plain mean over the remaining questions.
+
+    Args:
+        ranked_session_ids / ranked_turn_ids: What our retriever returned, best first; items
+            not returned are simply absent.
+        ks: Cut-offs (default 1, 3, 5, 10, 30, 50).
+
+    Returns:
+        ``{"session": {...}, "turn": {...}, "turn_as_session": {...}}``, each mapping
+        ``recall_any@k``, ``recall_all@k`` and ``ndcg_any@k`` to floats.
+    """
+    ks = list(ks)
+    rel_turns = set(relevant_turns)
+    rel_turn_sessions = {turn_session_id(t) for t in rel_turns}
+
+    def relabel(turn_id: str) -> str:
+        if turn_id not in rel_turns and turn_session_id(turn_id) in rel_turn_sessions:
+            return _NOANS + turn_id
+        return turn_id
+
+    mapped_corpus = [turn_session_id(relabel(t)) for t in corpus_turn_ids]
+    relabeled = [relabel(t) for t in ranked_turn_ids]
+    out: dict[str, dict[str, float]] = {"session": {}, "turn": {}, "turn_as_session": {}}
+    for k in ks:
+        out["session"].update(_three(ranked_session_ids, relevant_sessions, k, corpus_session_ids))
+        out["turn"].update(_three(ranked_turn_ids, rel_turns, k, corpus_turn_ids))
+        mapped = turn_to_session_ranking(relabeled, k)
+        k_eff = max(k, len(mapped))
+        scores = _three(mapped, rel_turn_sessions, k_eff, mapped_corpus)
+        out["turn_as_session"].update({name.replace(f"@{k_eff}", f"@{k}"): v for name, v in scores.items()})
+    return out

@@ -21,6 +21,7 @@ from common import episodes as episodes_mod
 from common import extract as extract_mod
 from common import plan as plan_mod
 from common.benchmarks import registry
+from common.dedup import rebase_partition, rebase_records, representatives
 from common.config import ROLES, Config, resolve_path, to_yaml
 from common.index import MemoryIndex, build_index, index_fingerprint
 from common.io import StageWriter, read_jsonl, write_json, write_jsonl, write_manifest
@@ -207,22 +208,52 @@ def preprocess(run: Run) -> None:
 
 
 # ----------------------------------------------------------------------------- 02
+def _two_pass(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
+              rep_of: dict[str, Any], work: Callable[[Any], Any], rebase: Callable[[Any, Any], Any],
+              role: str, inputs: list[Path], failed: Callable[[Any], bool]) -> None:
+    """Process distinct items first, then serve duplicates from the cache and rebase them.
+
+    Running representatives to completion before any duplicate means two copies of one session
+    never race for the same uncached request, so a duplicate costs no call at all.
+    """
+    reps = [i for i in items if rep_of[key_fn(i)] is i]
+    _llm_stage(run, name, out, key, reps, key_fn, work, role, inputs, failed)
+    if len(reps) < len(items):
+        _llm_stage(run, name, out, key, items, key_fn, lambda i: rebase(work(rep_of[key_fn(i)]), i),
+                   role, inputs, failed)
+    manifest = run.dir / f"{name}.manifest.json"
+    import json
+
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    data["dedup"] = {"instances": len(items), "unique": len(reps), "calls_saved_by_reuse": len(items) - len(reps)}
+    write_json(manifest, data)
+    if len(reps) < len(items):
+        print(f"{name}: {len(reps)} unique of {len(items)} instances; {len(items) - len(reps)} reused", flush=True)
+
+
 def episodes(run: Run) -> None:
     sessions = load_sessions(run)
     cfg = run.cfg.episodes
-    _llm_stage(run, "02_episodes", run.path("episodes"), "session_key", sessions, lambda s: s.key,
-               lambda s: episodes_mod.partition_session(run._client, s, cfg.mode, cfg.include_images),
-               "partition", [run.path("sessions")], lambda r: r["fallback_used"])
+    rep_of = representatives(sessions)
+    _two_pass(run, "02_episodes", run.path("episodes"), "session_key", sessions, lambda s: s.key, rep_of,
+              lambda s: episodes_mod.partition_session(run._client, s, cfg.mode, cfg.include_images),
+              rebase_partition, "partition", [run.path("sessions")], lambda r: r["fallback_used"])
 
 
 # ----------------------------------------------------------------------------- 03
 def extract(run: Run) -> None:
     views = load_views(run)
-    eps = load_episodes(run)
+    rows = [from_dict(PartitionRow, r) for r in read_jsonl(run.path("episodes"))]
+    eps = [e for r in rows for e in r.episodes]
+    # An episode's representative is the same-numbered episode of its session's representative.
+    by_session = {r.session_key: r.episodes for r in rows}
+    rep_session = representatives(load_sessions(run))
+    rep_of = {e.episode_id: by_session[rep_session[f"{e.memory_id}::{e.session_id}"].key][i]
+              for r in rows for i, e in enumerate(r.episodes)}
     g, imgs = run.cfg.extract.granularity, run.cfg.episodes.include_images
-    _llm_stage(run, "03_extract", run.path("records"), "episode_id", eps, lambda e: e.episode_id,
-               lambda e: extract_mod.extract_episode(run._client, views[e.memory_id], e, g, imgs),
-               "extract", [run.path("episodes")], lambda r: r["fallback_used"])
+    _two_pass(run, "03_extract", run.path("records"), "episode_id", eps, lambda e: e.episode_id, rep_of,
+              lambda e: extract_mod.extract_episode(run._client, views[e.memory_id], e, g, imgs),
+              rebase_records, "extract", [run.path("episodes")], lambda r: r["fallback_used"])
 
 
 # ----------------------------------------------------------------------------- 04

@@ -23,4 +23,8 @@ def registry(name: str):  # -> adapter module-level object with the protocol bel
         from common.benchmarks.locomo import ADAPTER
 
         return ADAPTER
-    raise ValueError(f"benchmark {name!r} has no adapter yet (known: locomo)")
+    if name == "longmemeval":
+        from common.benchmarks.longmemeval import ADAPTER
+
+        return ADAPTER
+    raise ValueError(f"benchmark {name!r} has no adapter yet (known: locomo, longmemeval)")

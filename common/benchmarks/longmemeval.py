@@ -1,0 +1,359 @@
+"""LongMemEval adapter: the official JSON files -> ``Session`` / ``Question`` / ``Gold`` rows.
+
+Layout (xiaowu0162/LongMemEval; ``longmemeval_s_cleaned.json``, ``longmemeval_m_cleaned.json``
+and ``longmemeval_oracle.json`` share it): a JSON list of items, one question each, with
+``question_id``, ``question_type``, ``question``, ``question_date``, ``answer``,
+``answer_session_ids`` and three parallel lists ``haystack_session_ids``, ``haystack_dates``,
+``haystack_sessions``. A session is a list of turns ``{role, content}``; evidence turns also
+carry ``has_answer: true`` (other turns carry ``false`` or no key at all).
+
+Every question has its own haystack, so each question is its own memory:
+``memory_id = question_id``. Decisions and quirks (shared/spec/benchmarks.md sections 1.2, 3.2):
+
+* Sessions keep the file's order and ``session_index`` is the 1-based position in the
+  haystack. The oracle file's haystacks are not sorted by date; they are *not* re-sorted here,
+  so positions (and the ``D<i>:<j>`` turn ids) always point back into the file.
+* ``dia_id = f"D{i}:{j}"``: session position ``i``, turn position ``j`` counted over all turns
+  of the session, assistant turns included (the official turn index counts them too).
+* ``has_answer`` is gold: it never reaches a ``Turn``; the flagged turns (any role) go to
+  ``Gold.has_answer`` (and ``Gold.evidence``) as dia ids. ``question_type`` and ``answer`` only
+  reach ``Gold`` as well.
+* ``answer`` is an int in some items; it is cast to ``str``.
+* Issue #54: some haystacks repeat a filler session id (with different dates). ``Session.key``
+  is ``memory::session_id`` and must be unique, so the n-th occurrence (n >= 2) of an id
+  inside one haystack becomes ``f"{id}#{n}"``. ``official_session_id`` strips the suffix again;
+  retrieval metrics must compare official ids.
+* Abstention is ``"_abs" in question_id`` (what the official judge tests), whatever the type.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.benchmarks import DataError
+from common.benchmarks.locomo import _field, _is_instance, _Loc, _read_json, _show
+from common.schema import Gold, Question, Session, Turn
+
+# The six official question types, in the column order of the paper's Table 2.
+QUESTION_TYPES: tuple[str, ...] = (
+    "single-session-preference",
+    "single-session-assistant",
+    "temporal-reasoning",
+    "multi-session",
+    "knowledge-update",
+    "single-session-user",
+)
+TYPE_DISPLAY_NAMES: dict[str, str] = {
+    "single-session-preference": "SS-pref",
+    "single-session-assistant": "SS-assist",
+    "temporal-reasoning": "Temporal",
+    "multi-session": "Multi-session",
+    "knowledge-update": "Knowledge-update",
+    "single-session-user": "SS-user",
+}
+ROLES: tuple[str, ...] = ("user", "assistant")
+SPEAKERS: list[str] = ["user", "assistant"]
+ABSTENTION_MARK = "_abs"
+
+# Suffix added to the n-th repeat (n >= 2) of a session id inside one haystack.
+_REPEAT_SUFFIX = re.compile(r"#\d+$")
+_HAYSTACK = ("haystack_session_ids", "haystack_dates", "haystack_sessions")
+
+
+@dataclass(frozen=True)
+class LongMemEvalData:
+    """Everything ``01_preprocess`` writes for LongMemEval, in file order."""
+
+    sessions: list[Session]
+    questions: list[Question]
+    gold: list[Gold]
+
+    @property
+    def memory_ids(self) -> list[str]:
+        """Memory ids (= question ids) in file order."""
+        ids = [q.memory_id for q in self.questions] + [s.memory_id for s in self.sessions]
+        return list(dict.fromkeys(ids))
+
+
+def is_abstention(question_id: str) -> bool:
+    """The official abstention test: ``"_abs"`` anywhere in the question id."""
+    return ABSTENTION_MARK in question_id
+
+
+def official_session_id(session_id: str) -> str:
+    """The id as written in the file: drops the ``#n`` added to repeated ids (issue #54)."""
+    return _REPEAT_SUFFIX.sub("", session_id)
+
+
+def official_turn_id(session_id: str, turn_position: int) -> str:
+    """The official turn-corpus id ``<session_id>_<j>`` (j 1-based over all turns)."""
+    return f"{official_session_id(session_id)}_{turn_position}"
+
+
+def load_longmemeval(path: str | Path) -> LongMemEvalData:
+    """Load and validate a LongMemEval file (S, M or oracle; cleaned or original).
+
+    Args:
+        path: Path to the JSON file.
+
+    Returns:
+        Sessions, questions and gold rows, in file order.
+
+    Raises:
+        DataError: The file cannot be read or parsed, a required field is missing or has the
+            wrong type, the three haystack lists differ in length, a role or question type is
+            unknown, or a ``question_id`` repeats.
+    """
+    path = Path(path)
+    raw = _read_json(path)
+    root = _Loc(str(path))
+    if not isinstance(raw, list):
+        raise root.error(f"expected a JSON list of items, got {type(raw).__name__}")
+
+    sessions: list[Session] = []
+    questions: list[Question] = []
+    golds: list[Gold] = []
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        loc = _Loc(root.file, f"item[{i}]")
+        if not isinstance(item, dict):
+            raise loc.error(f"expected an object, got {_show(item)}")
+        qid = _field(item, "question_id", str, loc)
+        loc = _Loc(root.file, f"item[{i}] ({qid})")
+        if qid in first_seen:
+            raise loc.at("question_id").error(
+                f"duplicate {qid!r} (first used by item[{first_seen[qid]}])"
+            )
+        first_seen[qid] = i
+        item_sessions, gold = _parse_item(item, qid, loc)
+        sessions.extend(item_sessions)
+        questions.append(
+            Question(
+                qid=qid,
+                memory_id=qid,
+                question=_field(item, "question", str, loc),
+                question_date=_field(item, "question_date", str, loc),
+            )
+        )
+        golds.append(gold)
+    return LongMemEvalData(sessions=sessions, questions=questions, gold=golds)
+
+
+def _str_list(item: dict[str, Any], key: str, loc: _Loc) -> list[str]:
+    values = _field(item, key, list, loc)
+    for k, value in enumerate(values):
+        if not isinstance(value, str):
+            raise loc.at(key).at(f"[{k}]").error(f"expected str, got {_show(value)}")
+    return values
+
+
+def _parse_item(item: dict[str, Any], qid: str, loc: _Loc) -> tuple[list[Session], Gold]:
+    qtype = _field(item, "question_type", str, loc)
+    if qtype not in QUESTION_TYPES:
+        raise loc.at("question_type").error(
+            f"unknown type {_show(qtype)}; expected one of {', '.join(QUESTION_TYPES)}"
+        )
+    answer = _field(item, "answer", (str, int), loc)
+    answer_session_ids = _str_list(item, "answer_session_ids", loc)
+    ids = _str_list(item, "haystack_session_ids", loc)
+    dates = _str_list(item, "haystack_dates", loc)
+    raw_sessions = _field(item, "haystack_sessions", list, loc)
+    lengths = dict(zip(_HAYSTACK, (len(ids), len(dates), len(raw_sessions))))
+    if len(set(lengths.values())) != 1:
+        shown = ", ".join(f"{k}={n}" for k, n in lengths.items())
+        raise loc.at("haystack_sessions").error(f"length mismatch: {shown}")
+
+    sessions: list[Session] = []
+    flagged: list[str] = []
+    seen: dict[str, int] = {}
+    for i, (sid, date, raw_turns) in enumerate(zip(ids, dates, raw_sessions), start=1):
+        where = loc.at("haystack_sessions").at(f"[{i - 1}]")
+        if not isinstance(raw_turns, list):
+            raise where.error(f"expected list, got {_show(raw_turns)}")
+        seen[sid] = seen.get(sid, 0) + 1
+        # Issue #54: a repeated id gets "#n" so Session.key stays unique; see official_session_id.
+        session_id = sid if seen[sid] == 1 else f"{sid}#{seen[sid]}"
+        turns: list[Turn] = []
+        for j, raw_turn in enumerate(raw_turns, start=1):
+            turn, has_answer = _parse_turn(raw_turn, f"D{i}:{j}", where.at(f"[{j - 1}]"))
+            turns.append(turn)
+            if has_answer:
+                flagged.append(turn.dia_id)
+        sessions.append(
+            Session(
+                memory_id=qid,
+                session_id=session_id,
+                session_index=i,
+                date_time=date,
+                turns=turns,
+                speakers=list(SPEAKERS),
+            )
+        )
+
+    gold = Gold(
+        qid=qid,
+        memory_id=qid,
+        answer=str(answer),
+        category=0,  # LoCoMo-only field; LongMemEval groups by question_type
+        evidence=list(flagged),
+        question_type=qtype,
+        abstention=is_abstention(qid),
+        answer_session_ids=list(answer_session_ids),
+        has_answer=flagged,
+    )
+    return sessions, gold
+
+
+def _parse_turn(raw: Any, dia_id: str, loc: _Loc) -> tuple[Turn, bool]:
+    if not isinstance(raw, dict):
+        raise loc.error(f"expected an object, got {_show(raw)}")
+    role = _field(raw, "role", str, loc)
+    if role not in ROLES:
+        raise loc.at("role").error(f"expected 'user' or 'assistant', got {_show(role)}")
+    content = _field(raw, "content", str, loc)
+    has_answer = raw.get("has_answer", False)
+    if not _is_instance(has_answer, bool):
+        raise loc.at("has_answer").error(f"expected bool, got {_show(has_answer)}")
+    return Turn(dia_id=dia_id, speaker=role, text=content, role=role), has_answer
+
+
+def select(
+    data: LongMemEvalData,
+    question_ids: list[str] | None = None,
+    question_limit: int | None = None,
+) -> LongMemEvalData:
+    """Restrict a loaded dataset for debug or partial runs.
+
+    Args:
+        data: A loaded dataset.
+        question_ids: Question ids to keep, or None for all. The result keeps file order.
+        question_limit: Keep only the first N (kept) questions in file order; None keeps all.
+            Each question's haystack is kept in full.
+
+    Returns:
+        A new ``LongMemEvalData`` holding the kept questions, their gold and their sessions.
+
+    Raises:
+        ValueError: An unknown question id or a negative limit.
+    """
+    known = [q.qid for q in data.questions]
+    if question_ids is not None:
+        known_set = set(known)
+        unknown = [q for q in question_ids if q not in known_set]
+        if unknown:
+            raise ValueError(f"unknown LongMemEval question id(s) {unknown[:10]}")
+    if question_limit is not None and question_limit < 0:
+        raise ValueError(f"question_limit must be >= 0, got {question_limit}")
+    wanted = set(known if question_ids is None else question_ids)
+    questions = [q for q in data.questions if q.qid in wanted]
+    if question_limit is not None:
+        questions = questions[:question_limit]
+    keep = {q.qid for q in questions}
+    return LongMemEvalData(
+        sessions=[s for s in data.sessions if s.memory_id in keep],
+        questions=questions,
+        gold=[g for g in data.gold if g.qid in keep],
+    )
+
+
+# ----------------------------------------------------------------------------- retrieval gold
+@dataclass(frozen=True)
+class RetrievalGold:
+    """The official retrieval corpus and gold of one question, in official ids.
+
+    Session docs are all haystack sessions (the official doc text is their user turns); turn
+    docs are the user turns only, ``<session_id>_<j>`` with j counted over all turns.
+    A session is relevant iff it is an answer session with at least one user turn flagged
+    ``has_answer`` (upstream relabels the others answer->noans); a turn is relevant iff it is a
+    flagged user turn of an answer session.
+    """
+
+    corpus_session_ids: list[str]
+    relevant_sessions: list[str]
+    corpus_turn_ids: list[str]
+    relevant_turns: list[str]
+    turn_id_of: dict[str, str]  # dia_id -> official turn id (user turns only)
+    user_has_answer_count: int
+
+
+def retrieval_gold(sessions: Iterable[Session], gold: Gold) -> RetrievalGold:
+    """Build the official corpus ids and relevant ids of ``gold``'s question.
+
+    Args:
+        sessions: Sessions of any memories; only those of ``gold.memory_id`` are used.
+        gold: The question's gold row.
+    """
+    flagged = set(gold.has_answer)
+    answer_sessions = set(gold.answer_session_ids)
+    corpus_sessions: list[str] = []
+    relevant_sessions: list[str] = []
+    corpus_turns: list[str] = []
+    relevant_turns: list[str] = []
+    turn_id_of: dict[str, str] = {}
+    for session in sessions:
+        if session.memory_id != gold.memory_id:
+            continue
+        sid = official_session_id(session.session_id)
+        corpus_sessions.append(sid)
+        hit = False
+        for j, turn in enumerate(session.turns, start=1):
+            if turn.role != "user":
+                continue
+            tid = official_turn_id(session.session_id, j)
+            turn_id_of[turn.dia_id] = tid
+            corpus_turns.append(tid)
+            if turn.dia_id in flagged and sid in answer_sessions:
+                relevant_turns.append(tid)
+                hit = True
+        if hit and sid not in relevant_sessions:
+            relevant_sessions.append(sid)
+    return RetrievalGold(
+        corpus_session_ids=corpus_sessions,
+        relevant_sessions=relevant_sessions,
+        corpus_turn_ids=corpus_turns,
+        relevant_turns=relevant_turns,
+        turn_id_of=turn_id_of,
+        user_has_answer_count=len(relevant_turns),
+    )
+
+
+# ----------------------------------------------------------------------------- protocol
+class _LongMemEvalAdapter:
+    """What 01_preprocess needs to know about LongMemEval.
+
+    ``aggregate``, ``write_tables`` and ``judge`` live in a separate module and are attached to
+    this class there.
+    """
+
+    name = "longmemeval"
+    default_path = "data/longmemeval_s_cleaned.json"  # where `make data-longmemeval` puts it
+    default_env = "LONGMEMEVAL_JSON"
+
+    def data_path(self, cfg: Any) -> Path:
+        from common.config import resolve_path
+
+        env = cfg.data.env or self.default_env
+        raw = cfg.data.path or os.environ.get(env) or self.default_path
+        path = resolve_path(raw)
+        if not path.exists():
+            raise DataError(f"{path}: LongMemEval file not found; run `make data-longmemeval` or set "
+                            f"{env}=/path/to/longmemeval_s_cleaned.json (or data.path in the config)")
+        return path
+
+    def load(self, path: Path) -> LongMemEvalData:
+        return load_longmemeval(path)
+
+    def select(self, data: LongMemEvalData, cfg: Any) -> LongMemEvalData:
+        return select(data, cfg.data.conversations or None, cfg.data.question_limit)
+
+    def is_scored(self, gold: Gold) -> bool:
+        # Every item is judged, abstention included (it has its own judge template).
+        return True
+
+
+ADAPTER = _LongMemEvalAdapter()
