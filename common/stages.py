@@ -25,7 +25,6 @@ from common.dedup import rebase_partition, rebase_records, representatives
 from common.config import ROLES, Config, resolve_path, to_yaml
 from common.index import MemoryIndex, build_index, index_fingerprint
 from common.io import StageWriter, read_jsonl, write_json, write_jsonl, write_manifest
-from common.judge import judge_answer
 from common.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy
 from common.render import MemoryView
 from common.retrieve import Retriever
@@ -358,7 +357,7 @@ def judge(run: Run) -> None:
     scored = [a for a in answers if adapter.is_scored(gold[a.qid])]
     name, prompt_id = run.cfg.judge.name, run.cfg.judge.prompt
     _llm_stage(run, f"08_judge_{name}", judge_path(run), "qid", scored, lambda a: a.qid,
-               lambda a: judge_answer(run._client, name, prompt_id, a, gold[a.qid]),
+               lambda a: adapter.judge(run._client, name, prompt_id, a, gold[a.qid]),
                "judge", [run.path("answers"), run.path("gold")], lambda r: r["label"] is None)
 
 

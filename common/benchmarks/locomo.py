@@ -370,6 +370,12 @@ class _LocomoAdapter:
     def is_scored(self, gold: Gold) -> bool:
         return gold.category in SCORED_CATEGORIES
 
+    def judge(self, client: Any, name: str, prompt_id: str, answer: Any, gold: Gold) -> Any:
+        """The Memora/mem0 CORRECT/WRONG judge (``common.judge``)."""
+        from common.judge import judge_answer
+
+        return judge_answer(client, name, prompt_id, answer, gold)
+
     def aggregate(self, run: Any, judges: list[str]) -> dict[str, Any]:
         """Judge accuracy per category (k/n, failures counted wrong) plus lexical diagnostics."""
         from common.io import read_jsonl
