@@ -1,0 +1,130 @@
+"""LongMemEval judging and aggregation (Table 2 format, official retrieval metrics).
+
+Accuracy per question type (the six official types; `_abs` items count inside their own type
+too), task-averaged accuracy (unweighted mean of the six), overall accuracy and abstention
+accuracy, each with k/n; the official ``"yes" in reply`` label is the reported one and a strict
+exact yes/no parse is reported beside it. Retrieval metrics map the episodes the method
+selected, in rank order, to their source sessions and user turns, with the official corpus
+rules and skips.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from common.schema import Gold
+
+
+def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold) -> Any:
+    from common.judge_lme import judge_answer_lme
+
+    return judge_answer_lme(client, name, answer, gold)
+
+
+def _session_of(episode_id: str) -> str:
+    return episode_id.split("::")[1]
+
+
+def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
+    """Per question: official retrieval metrics, or the reason it is skipped."""
+    from common.benchmarks.longmemeval import official_session_id
+    from common.io import read_jsonl
+    from common.metrics import longmemeval_retrieval_metrics, retrieval_skip_reason
+
+    sessions: dict[str, list[dict]] = defaultdict(list)
+    for s in read_jsonl(run.path("sessions")):
+        sessions[s["memory_id"]].append(s)
+    episode_turns = {e["episode_id"]: e["dia_ids"] for r in read_jsonl(run.path("episodes")) for e in r["episodes"]}
+    rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
+    out: dict[str, dict[str, Any]] = {}
+    for g in read_jsonl(run.path("gold")):
+        qid = g["qid"]
+        roles = {t["dia_id"]: t["role"] for s in sessions[g["memory_id"]] for t in s["turns"]}
+        user_answer_turns = [d for d in g["has_answer"] if roles.get(d) == "user"]
+        reason = retrieval_skip_reason(g["abstention"], len(user_answer_turns))
+        if reason or qid not in rets:
+            out[qid] = {"skipped": reason or "no retrieval row"}
+            continue
+
+        def turn_id(dia: str) -> str:
+            sid, j = dia.rsplit(":", 1)
+            return f"{official_session_id(sid)}_{j}"
+
+        corpus_sessions = [official_session_id(s["session_id"]) for s in sessions[g["memory_id"]]]
+        # A gold session counts only if one of its user turns carries has_answer (official rule).
+        relevant_sessions = {official_session_id(d.rsplit(":", 1)[0]) for d in user_answer_turns}
+        corpus_turns = [turn_id(t["dia_id"]) for s in sessions[g["memory_id"]] for t in s["turns"] if t["role"] == "user"]
+        ranked_eps = [sel["episode_id"] for sel in rets[qid]["selected"]]
+        ranked_sessions = list(dict.fromkeys(official_session_id(_session_of(e)) for e in ranked_eps))
+        ranked_turns = [turn_id(d) for e in ranked_eps for d in episode_turns.get(e, []) if roles.get(d) == "user"]
+        out[qid] = longmemeval_retrieval_metrics(
+            ranked_sessions, ranked_turns, corpus_sessions, relevant_sessions, corpus_turns,
+            {turn_id(d) for d in user_answer_turns})
+    return out
+
+
+def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
+    from common.benchmarks.longmemeval import QUESTION_TYPES
+    from common.io import read_jsonl
+    from common.judge_lme import strict_label
+    from common.metrics import accuracy, grouped_accuracy
+    from common.report import describe
+
+    gold = [Gold(**g) for g in read_jsonl(run.path("gold"))]
+    rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
+    out: dict[str, Any] = {"benchmark": "longmemeval", "run": run.cfg.run.name, "config": "config.resolved.yaml",
+                           "questions": {"total": len(gold), "abstention": sum(g.abstention for g in gold),
+                                         "by_type": {t: sum(g.question_type == t for g in gold) for t in QUESTION_TYPES}},
+                           "judges": {}}
+    for j in judges:
+        rows = {r["qid"]: r for r in read_jsonl(run.dir / f"08_judge_{j}.jsonl")}
+        joined = [{"type": g.question_type, "abs": g.abstention, "label": rows.get(g.qid, {}).get("label"),
+                   "strict": strict_label(rows[g.qid]["raw"]) if rows.get(g.qid, {}).get("raw") else None}
+                  for g in gold]
+        by_type = grouped_accuracy(joined, "type")
+        per_type = [by_type[t]["accuracy"] for t in QUESTION_TYPES if t in by_type and by_type[t]["accuracy"] is not None]
+        any_row = next(iter(rows.values()), {})
+        out["judges"][j] = {
+            "judge_model": any_row.get("judge_model"), "overall": accuracy(r["label"] for r in joined),
+            "overall_strict_parse": accuracy(r["strict"] for r in joined),
+            "task_averaged": sum(per_type) / len(per_type) if len(per_type) == len(QUESTION_TYPES) else None,
+            "task_averaged_over": len(per_type),
+            "abstention": accuracy(r["label"] for r in joined if r["abs"]),
+            "by_type": by_type,
+            "failures": {"missing_judgment": sum(g.qid not in rows for g in gold),
+                         "failed": sum(1 for r in rows.values() if r["label"] is None)},
+        }
+    per_q = retrieval_rows(run)
+    scored = [m for m in per_q.values() if "skipped" not in m]
+    summary: dict[str, Any] = {"n": len(scored), "skipped": defaultdict(int)}
+    for m in per_q.values():
+        if "skipped" in m:
+            summary["skipped"][m["skipped"]] += 1
+    summary["skipped"] = dict(summary["skipped"])
+    for level in ("session", "turn", "turn_as_session"):
+        keys = scored[0][level].keys() if scored else []
+        summary[level] = {k: round(sum(m[level][k] for m in scored) / len(scored), 4) for k in keys}
+    out["retrieval"] = summary
+    out["buffer_tokens"] = describe([float(r["buffer_tokens"]) for r in rets.values()])
+    return out
+
+
+def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
+    """Table 2 format, one Markdown+CSV pair per judge (never averaged across judges)."""
+    from common.benchmarks.longmemeval import QUESTION_TYPES, SHORT_NAMES
+    from common.report import pct, write_table
+
+    paths: list[Path] = []
+    for j, m in metrics["judges"].items():
+        row = {"Method": f"EnSIMem (this harness, run {metrics['run']}), judge {m['judge_model']}"}
+        for t in QUESTION_TYPES:
+            row[SHORT_NAMES[t]] = pct(m["by_type"].get(t, {"accuracy": None}))
+        row["Task-avg"] = f"{100 * m['task_averaged']:.1f}" if m["task_averaged"] is not None else "n/a"
+        row["Overall"] = pct(m["overall"])
+        row["Abstention"] = pct(m["abstention"])
+        row["Overall (strict yes/no)"] = pct(m["overall_strict_parse"])
+        title = (f"LongMemEval accuracy (official checker, judge {m['judge_model']}; label = 'yes' in reply, "
+                 f"strict parse beside; failed judgments count as wrong)")
+        paths += write_table([row], run.dir / f"table_{j}.md", title)
+    return paths
