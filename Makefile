@@ -11,12 +11,18 @@ CONVS   ?=
 SET     ?=
 LOCOMO_URL    := https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json
 LOCOMO_SHA256 := 79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4
+LME_URL := https://huggingface.co/datasets/xiaowu0162/longmemeval-cleaned/resolve/98d7416c24c778c2fee6e6f3006e7a073259d48f
+LME_SHA256_longmemeval_s_cleaned := d6f21ea9d60a0d56f34a05b609c79c88a451d2ae03597821ea3d5a9678c3a442
+LME_SHA256_longmemeval_oracle    := 821a2034d219ab45846873dd14c14f12cfe7776e73527a483f9dac095d38620c
+LME_SHA256_longmemeval_m_cleaned := 9d79e5524794a2e6900a3aa9cb7d9152c5a3e8319c9a87c25494ba1eacee495f
+LME_CONFIG ?= configs/longmemeval.yaml
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(CONVS),--conversations $(CONVS)) $(foreach s,$(SET),--set $(s))
+LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 LOCOMO_STAGES = 01_preprocess 02_episodes 03_extract 04_index 05_plan 06_retrieve 07_answer 08_judge 09_aggregate
 
-.PHONY: help install data locomo judge2 test clean-run $(addprefix locomo-,$(LOCOMO_STAGES))
+.PHONY: help install data data-longmemeval locomo longmemeval judge2 test clean-run $(addprefix locomo-,$(LOCOMO_STAGES))
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -33,6 +39,17 @@ data/locomo10.json:
 	curl -fsSL -o $@.part $(LOCOMO_URL)
 	echo "$(LOCOMO_SHA256)  $@.part" | sha256sum -c -
 	mv $@.part $@
+
+data-longmemeval: data/longmemeval_s_cleaned.json data/longmemeval_oracle.json  ## download LongMemEval S (cleaned) and oracle (MIT); M: make data/longmemeval_m_cleaned.json
+
+data/longmemeval_%.json:
+	mkdir -p data
+	curl -fsSL -o $@.part $(LME_URL)/longmemeval_$*.json
+	echo "$(LME_SHA256_longmemeval_$*)  $@.part" | sha256sum -c -
+	mv $@.part $@
+
+longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT, CONVS=question ids, SET)
+	@set -e; for s in $(LOCOMO_STAGES); do $(PY) -m LongMemEval.$$s $(LME_ARGS); done
 
 locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT, CONVS, SET="k=v ...")
 	@set -e; for s in $(LOCOMO_STAGES); do $(PY) -m LoCoMo.$$s $(ARGS); done

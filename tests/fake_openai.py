@@ -51,6 +51,8 @@ KIND_MARKERS: list[tuple[str, str]] = [
     ("query-decomposition stage", "plan"),
     ("Answer only from the supplied", "answer"),
     ("CORRECT or WRONG", "judge_locomo"),
+    # The official LongMemEval checker templates all end by asking for yes or no.
+    ("Answer yes or no only", "judge_lme"),
 ]
 CHAT_KINDS = frozenset(k for _, k in REPAIR_MARKERS + KIND_MARKERS)
 UNKNOWN_KIND = "unknown"
@@ -307,6 +309,8 @@ def scripted_content(kind: str, text: str) -> str:
         return reply_answer(text)
     if kind == "judge_locomo":
         return json.dumps({"label": judge_label(text)})
+    if kind == "judge_lme":
+        return "Yes." if judge_label(text) == "CORRECT" else "No."
     raise ValueError(f"no scripted reply for kind {kind!r}")
 
 
