@@ -77,6 +77,9 @@ class Session:
     date_time: str  # as written in the source ("1:56 pm on 8 May, 2023")
     turns: list[Turn]
     speakers: list[str] = field(default_factory=list)
+    # The id in the source file when ``session_id`` is an opaque label (LongMemEval: official
+    # ids such as "answer_280352e9" mark evidence sessions, so they never reach a prompt).
+    source_id: str = ""
 
     @property
     def key(self) -> str:

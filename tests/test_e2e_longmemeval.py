@@ -87,7 +87,8 @@ def test_no_prompt_of_stages_02_to_07_depends_on_gold_fields(tmp_path, fake_serv
     for name, data in (("clean", TINY), ("poisoned", poisoned)):
         start = len(fake_server.requests)
         run_stages(run_overrides(tmp_path / name, data), ORDER[:7])
-        sent.append(fake_server.requests[start:])
+        # Arrival order varies with concurrency; the multiset of requests must not.
+        sent.append(sorted(json.dumps(b, sort_keys=True) for b in fake_server.requests[start:]))
     assert sent[0] and sent[0] == sent[1], "a gold field changed what the method sent to the model"
     text = json.dumps(sent[0])
     assert "POISON" not in json.dumps(sent[1])
@@ -95,7 +96,8 @@ def test_no_prompt_of_stages_02_to_07_depends_on_gold_fields(tmp_path, fake_serv
     for t in TYPES:
         assert t not in text
     for it in items:
-        if str(it["answer"]) not in " ".join(str(turn["content"]) for s in it["haystack_sessions"] for turn in s):
+        # Answers that occur nowhere in the haystack (and are long enough not to occur by chance).
+        if len(str(it["answer"])) >= 4 and str(it["answer"]) not in " ".join(str(turn["content"]) for s in it["haystack_sessions"] for turn in s):
             assert str(it["answer"]) not in text
 
 

@@ -16,11 +16,13 @@ from common.benchmarks import DataError, registry
 from common.benchmarks.longmemeval import (
     ADAPTER,
     QUESTION_TYPES,
-    TYPE_DISPLAY_NAMES,
+    SHORT_NAMES,
     LongMemEvalData,
     load_longmemeval,
+    memory_id_of,
     official_session_id,
     official_turn_id,
+    opaque_session_id,
     retrieval_gold,
     select,
 )
@@ -49,18 +51,26 @@ def _serialized(rows: list[Any]) -> str:
 
 
 # --------------------------------------------------------------------------- real item
+def dia(source_id: str, j: int) -> str:
+    """The dia_id the loader gives turn j of the session with this official id."""
+    return f"{opaque_session_id(source_id)}:{j}"
+
+
 def test_real_item(real: LongMemEvalData) -> None:
     raw = json.loads(REAL.read_text(encoding="utf-8"))[0]
-    assert real.memory_ids == ["e47becba"]
+    assert real.memory_ids == [memory_id_of("e47becba")]
     assert len(real.sessions) == 53
     assert [s.session_index for s in real.sessions] == list(range(1, 54))
-    assert [s.session_id for s in real.sessions] == raw["haystack_session_ids"]
+    assert [s.source_id for s in real.sessions] == raw["haystack_session_ids"]
+    # Official ids name the evidence ("answer_..."): what the method sees is an opaque label.
+    assert [s.session_id for s in real.sessions] == [opaque_session_id(x) for x in raw["haystack_session_ids"]]
+    assert not any("answer" in s.session_id for s in real.sessions)
     assert [s.date_time for s in real.sessions] == raw["haystack_dates"]
-    assert all(s.memory_id == "e47becba" and s.speakers == ["user", "assistant"] for s in real.sessions)
+    assert all(s.memory_id == memory_id_of("e47becba") and s.speakers == ["user", "assistant"] for s in real.sessions)
     (question,) = real.questions
     assert to_dict(question) == {
         "qid": "e47becba",
-        "memory_id": "e47becba",
+        "memory_id": memory_id_of("e47becba"),
         "question": "What degree did I graduate with?",
         "question_date": "2023/05/30 (Tue) 23:40",
     }
@@ -70,8 +80,8 @@ def test_real_item(real: LongMemEvalData) -> None:
     assert gold.category == 0
     assert gold.answer_session_ids == ["answer_280352e9"]
     # The two flagged turns (user turn 5 and assistant turn 6) of the 52nd session.
-    assert real.sessions[51].session_id == "answer_280352e9"
-    assert gold.has_answer == gold.evidence == ["D52:5", "D52:6"]
+    assert real.sessions[51].source_id == "answer_280352e9"
+    assert gold.has_answer == gold.evidence == [dia("answer_280352e9", 5), dia("answer_280352e9", 6)]
     flagged = [t for s in raw["haystack_sessions"] for t in s if t.get("has_answer")]
     assert len(flagged) == len(gold.has_answer) == 2
 
@@ -79,8 +89,7 @@ def test_real_item(real: LongMemEvalData) -> None:
 def test_real_turns_and_roles(real: LongMemEvalData) -> None:
     raw = json.loads(REAL.read_text(encoding="utf-8"))[0]
     for session, raw_turns in zip(real.sessions, raw["haystack_sessions"]):
-        i = session.session_index
-        assert [t.dia_id for t in session.turns] == [f"D{i}:{j}" for j in range(1, len(raw_turns) + 1)]
+        assert [t.dia_id for t in session.turns] == [dia(session.source_id, j) for j in range(1, len(raw_turns) + 1)]
         assert [t.role for t in session.turns] == [t["role"] for t in raw_turns]
         assert [t.speaker for t in session.turns] == [t["role"] for t in raw_turns]
         assert [t.text for t in session.turns] == [t["content"] for t in raw_turns]
@@ -102,7 +111,7 @@ def test_real_retrieval_gold(real: LongMemEvalData) -> None:
     assert rg.relevant_sessions == ["answer_280352e9"]
     assert rg.relevant_turns == ["answer_280352e9_5"]  # only the user turn; j counts all turns
     assert len(rg.corpus_turn_ids) == 273  # user turns only
-    assert rg.turn_id_of["D52:5"] == "answer_280352e9_5"
+    assert rg.turn_id_of[dia("answer_280352e9", 5)] == "answer_280352e9_5"
     assert retrieval_skip_reason(real.gold[0].abstention, rg.user_has_answer_count) is None
 
 
@@ -116,7 +125,7 @@ def test_question_types() -> None:
         "knowledge-update",
         "single-session-user",
     )
-    assert [TYPE_DISPLAY_NAMES[t] for t in QUESTION_TYPES] == [
+    assert [SHORT_NAMES[t] for t in QUESTION_TYPES] == [
         "SS-pref", "SS-assist", "Temporal", "Multi-session", "Knowledge-update", "SS-user"
     ]
 
@@ -132,17 +141,18 @@ def test_tiny_fixture(tiny: LongMemEvalData) -> None:
     assert by_qid["temp_0001"].answer == "2"  # an int in the file
     assert all(isinstance(g.answer, str) for g in tiny.gold)
     assert by_qid["multi_0001"].answer_session_ids == ["answer_multi_1", "answer_multi_2"]
-    assert by_qid["multi_0001"].has_answer == ["D1:1", "D3:3"]
-    assert by_qid["ku_0001"].has_answer == ["D1:1", "D3:1"]
+    assert by_qid["multi_0001"].has_answer == [dia("answer_multi_1", 1), dia("answer_multi_2", 3)]
+    assert by_qid["ku_0001"].has_answer == [dia("answer_ku_1", 1), dia("answer_ku_2", 1)]
     # The single-session-assistant evidence is an assistant turn.
-    assist = {s.session_index: s for s in tiny.sessions if s.memory_id == "assist_0001"}
-    assert by_qid["assist_0001"].has_answer == ["D1:2"]
+    assist = {s.session_index: s for s in tiny.sessions if s.memory_id == memory_id_of("assist_0001")}
+    assert by_qid["assist_0001"].has_answer == [dia(assist[1].source_id, 2)]
     assert assist[1].turns[1].role == "assistant" and "Rise Up" in assist[1].turns[1].text
     questions = {q.qid: q for q in tiny.questions}
     assert questions["temp_0001"].question_date == "2023/04/16 (Sun) 20:00"
     # One session id (same content and date) is shared by two memories; keys stay unique.
-    shared = [s for s in tiny.sessions if s.session_id == "sharegpt_shared_0"]
-    assert [s.memory_id for s in shared] == ["ssu_0001", "ssu_0001_abs"]
+    shared = [s for s in tiny.sessions if s.source_id == "sharegpt_shared_0"]
+    assert [s.memory_id for s in shared] == [memory_id_of("ssu_0001"), memory_id_of("ssu_0001_abs")]
+    assert "_abs" not in shared[1].memory_id
     assert to_dict(shared[0])["turns"] == to_dict(shared[1])["turns"]
     assert shared[0].date_time == shared[1].date_time
     keys = [s.key for s in tiny.sessions]
@@ -168,7 +178,7 @@ def test_repeated_session_id_gets_suffix(tmp_path: Path) -> None:
     ku = items[4]
     ku["haystack_session_ids"][2] = ku["haystack_session_ids"][1]  # issue #54: filler repeated
     data = load_longmemeval(_write(tmp_path, items))
-    ids = [s.session_id for s in data.sessions if s.memory_id == "ku_0001"]
+    ids = [s.source_id for s in data.sessions if s.memory_id == memory_id_of("ku_0001")]
     assert ids == ["answer_ku_1", "filler_ku_0", "filler_ku_0#2"]
     assert [official_session_id(s) for s in ids] == ["answer_ku_1", "filler_ku_0", "filler_ku_0"]
     assert official_turn_id("filler_ku_0#2", 3) == "filler_ku_0_3"
@@ -181,12 +191,12 @@ def test_select(tiny: LongMemEvalData) -> None:
     picked = select(tiny, ["ku_0001", "temp_0001"])
     assert [q.qid for q in picked.questions] == ["temp_0001", "ku_0001"]  # file order
     assert [g.qid for g in picked.gold] == ["temp_0001", "ku_0001"]
-    assert {s.memory_id for s in picked.sessions} == {"temp_0001", "ku_0001"}
+    assert {s.memory_id for s in picked.sessions} == {memory_id_of("temp_0001"), memory_id_of("ku_0001")}
     assert len(picked.sessions) == 5  # haystacks kept whole
     first = select(tiny, None, 2)
     assert [q.qid for q in first.questions] == ["pref_0001", "assist_0001"]
-    assert first.memory_ids == ["pref_0001", "assist_0001"]
-    assert select(tiny, ["ku_0001", "temp_0001"], 1).memory_ids == ["temp_0001"]
+    assert first.memory_ids == [memory_id_of("pref_0001"), memory_id_of("assist_0001")]
+    assert select(tiny, ["ku_0001", "temp_0001"], 1).memory_ids == [memory_id_of("temp_0001")]
     assert select(tiny).questions == tiny.questions
     assert select(tiny, None, 0).sessions == []
     with pytest.raises(ValueError, match="nope"):

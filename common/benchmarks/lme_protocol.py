@@ -22,45 +22,34 @@ def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold) -> An
     return judge_answer_lme(client, name, answer, gold)
 
 
-def _session_of(episode_id: str) -> str:
-    return episode_id.split("::")[1]
-
-
 def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
     """Per question: official retrieval metrics, or the reason it is skipped."""
-    from common.benchmarks.longmemeval import official_session_id
+    from common.benchmarks.longmemeval import official_session_id, retrieval_gold
     from common.io import read_jsonl
     from common.metrics import longmemeval_retrieval_metrics, retrieval_skip_reason
+    from common.schema import Session, from_dict
 
-    sessions: dict[str, list[dict]] = defaultdict(list)
+    sessions: dict[str, list[Session]] = defaultdict(list)
     for s in read_jsonl(run.path("sessions")):
-        sessions[s["memory_id"]].append(s)
-    episode_turns = {e["episode_id"]: e["dia_ids"] for r in read_jsonl(run.path("episodes")) for e in r["episodes"]}
+        sessions[s["memory_id"]].append(from_dict(Session, s))
+    episodes = {e["episode_id"]: e for r in read_jsonl(run.path("episodes")) for e in r["episodes"]}
     rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
     out: dict[str, dict[str, Any]] = {}
     for g in read_jsonl(run.path("gold")):
-        qid = g["qid"]
-        roles = {t["dia_id"]: t["role"] for s in sessions[g["memory_id"]] for t in s["turns"]}
-        user_answer_turns = [d for d in g["has_answer"] if roles.get(d) == "user"]
-        reason = retrieval_skip_reason(g["abstention"], len(user_answer_turns))
-        if reason or qid not in rets:
-            out[qid] = {"skipped": reason or "no retrieval row"}
+        gold = Gold(**g)
+        rg = retrieval_gold(sessions[gold.memory_id], gold)
+        reason = retrieval_skip_reason(gold.abstention, rg.user_has_answer_count)
+        if reason or gold.qid not in rets:
+            out[gold.qid] = {"skipped": reason or "no retrieval row"}
             continue
-
-        def turn_id(dia: str) -> str:
-            sid, j = dia.rsplit(":", 1)
-            return f"{official_session_id(sid)}_{j}"
-
-        corpus_sessions = [official_session_id(s["session_id"]) for s in sessions[g["memory_id"]]]
-        # A gold session counts only if one of its user turns carries has_answer (official rule).
-        relevant_sessions = {official_session_id(d.rsplit(":", 1)[0]) for d in user_answer_turns}
-        corpus_turns = [turn_id(t["dia_id"]) for s in sessions[g["memory_id"]] for t in s["turns"] if t["role"] == "user"]
-        ranked_eps = [sel["episode_id"] for sel in rets[qid]["selected"]]
-        ranked_sessions = list(dict.fromkeys(official_session_id(_session_of(e)) for e in ranked_eps))
-        ranked_turns = [turn_id(d) for e in ranked_eps for d in episode_turns.get(e, []) if roles.get(d) == "user"]
-        out[qid] = longmemeval_retrieval_metrics(
-            ranked_sessions, ranked_turns, corpus_sessions, relevant_sessions, corpus_turns,
-            {turn_id(d) for d in user_answer_turns})
+        # The method's ranking: selected episodes in rank order, mapped to sessions and user turns.
+        ranked = [episodes[sel["episode_id"]] for sel in rets[gold.qid]["selected"]]
+        source = {x.session_id: x.source_id or x.session_id for x in sessions[gold.memory_id]}
+        ranked_sessions = list(dict.fromkeys(official_session_id(source[e["session_id"]]) for e in ranked))
+        ranked_turns = [rg.turn_id_of[d] for e in ranked for d in e["dia_ids"] if d in rg.turn_id_of]
+        out[gold.qid] = longmemeval_retrieval_metrics(
+            ranked_sessions, ranked_turns, rg.corpus_session_ids, set(rg.relevant_sessions),
+            rg.corpus_turn_ids, set(rg.relevant_turns))
     return out
 
 

@@ -7,14 +7,21 @@ and ``longmemeval_oracle.json`` share it): a JSON list of items, one question ea
 ``haystack_sessions``. A session is a list of turns ``{role, content}``; evidence turns also
 carry ``has_answer: true`` (other turns carry ``false`` or no key at all).
 
-Every question has its own haystack, so each question is its own memory:
-``memory_id = question_id``. Decisions and quirks (shared/spec/benchmarks.md sections 1.2, 3.2):
+Every question has its own haystack, so each question is its own memory. Its ``memory_id`` is
+an opaque hash of the question id (``memory_id_of``): memory ids appear in partition and
+extraction prompts, and the raw id carries the ``_abs`` abstention label, which the method must
+not see. ``Question.qid`` keeps the official id verbatim. Decisions and quirks (shared/spec/benchmarks.md sections 1.2, 3.2):
 
 * Sessions keep the file's order and ``session_index`` is the 1-based position in the
   haystack. The oracle file's haystacks are not sorted by date; they are *not* re-sorted here,
-  so positions (and the ``D<i>:<j>`` turn ids) always point back into the file.
-* ``dia_id = f"D{i}:{j}"``: session position ``i``, turn position ``j`` counted over all turns
-  of the session, assistant turns included (the official turn index counts them too).
+  so positions always point back into the file.
+* Official session ids mark evidence: answer sessions are named ``answer_<hash>``. So the
+  ``session_id`` every stage and prompt sees is an opaque label (``opaque_session_id``: a hash
+  of the official id) and the official id is kept in ``Session.source_id`` for the metrics.
+* ``dia_id = f"{session_id}:{j}"``: turn position ``j`` counted over all turns of the session,
+  assistant turns included (the official turn index counts them too). Ids depend on the
+  session, not on its position, so a session shared by several haystacks renders identically
+  everywhere and its partition and records are computed once (``common.dedup``).
 * ``has_answer`` is gold: it never reaches a ``Turn``; the flagged turns (any role) go to
   ``Gold.has_answer`` (and ``Gold.evidence``) as dia ids. ``question_type`` and ``answer`` only
   reach ``Gold`` as well.
@@ -48,7 +55,8 @@ QUESTION_TYPES: tuple[str, ...] = (
     "knowledge-update",
     "single-session-user",
 )
-TYPE_DISPLAY_NAMES: dict[str, str] = {
+# Short column headers for tables (same order as QUESTION_TYPES).
+SHORT_NAMES: dict[str, str] = {
     "single-session-preference": "SS-pref",
     "single-session-assistant": "SS-assist",
     "temporal-reasoning": "Temporal",
@@ -131,17 +139,32 @@ def load_longmemeval(path: str | Path) -> LongMemEvalData:
             )
         first_seen[qid] = i
         item_sessions, gold = _parse_item(item, qid, loc)
+        memory = memory_id_of(qid)
         sessions.extend(item_sessions)
         questions.append(
             Question(
                 qid=qid,
-                memory_id=qid,
+                memory_id=memory,
                 question=_field(item, "question", str, loc),
                 question_date=_field(item, "question_date", str, loc),
             )
         )
         golds.append(gold)
     return LongMemEvalData(sessions=sessions, questions=questions, gold=golds)
+
+
+def opaque_session_id(source_id: str) -> str:
+    """Stable label of a haystack session that says nothing about the gold (see module doc)."""
+    import hashlib
+
+    return "s-" + hashlib.sha256(source_id.encode("utf-8")).hexdigest()[:10]
+
+
+def memory_id_of(question_id: str) -> str:
+    """Opaque, stable memory id of a question's haystack (no benchmark label in it)."""
+    import hashlib
+
+    return "lme-" + hashlib.sha256(question_id.encode("utf-8")).hexdigest()[:12]
 
 
 def _str_list(item: dict[str, Any], key: str, loc: _Loc) -> list[str]:
@@ -177,17 +200,19 @@ def _parse_item(item: dict[str, Any], qid: str, loc: _Loc) -> tuple[list[Session
             raise where.error(f"expected list, got {_show(raw_turns)}")
         seen[sid] = seen.get(sid, 0) + 1
         # Issue #54: a repeated id gets "#n" so Session.key stays unique; see official_session_id.
-        session_id = sid if seen[sid] == 1 else f"{sid}#{seen[sid]}"
+        source_id = sid if seen[sid] == 1 else f"{sid}#{seen[sid]}"
+        session_id = opaque_session_id(source_id)
         turns: list[Turn] = []
         for j, raw_turn in enumerate(raw_turns, start=1):
-            turn, has_answer = _parse_turn(raw_turn, f"D{i}:{j}", where.at(f"[{j - 1}]"))
+            turn, has_answer = _parse_turn(raw_turn, f"{session_id}:{j}", where.at(f"[{j - 1}]"))
             turns.append(turn)
             if has_answer:
                 flagged.append(turn.dia_id)
         sessions.append(
             Session(
-                memory_id=qid,
+                memory_id=memory_id_of(qid),
                 session_id=session_id,
+                source_id=source_id,
                 session_index=i,
                 date_time=date,
                 turns=turns,
@@ -197,7 +222,7 @@ def _parse_item(item: dict[str, Any], qid: str, loc: _Loc) -> tuple[list[Session
 
     gold = Gold(
         qid=qid,
-        memory_id=qid,
+        memory_id=memory_id_of(qid),
         answer=str(answer),
         category=0,  # LoCoMo-only field; LongMemEval groups by question_type
         evidence=list(flagged),
@@ -254,8 +279,9 @@ def select(
     if question_limit is not None:
         questions = questions[:question_limit]
     keep = {q.qid for q in questions}
+    memories = {q.memory_id for q in questions}
     return LongMemEvalData(
-        sessions=[s for s in data.sessions if s.memory_id in keep],
+        sessions=[s for s in data.sessions if s.memory_id in memories],
         questions=questions,
         gold=[g for g in data.gold if g.qid in keep],
     )
@@ -298,13 +324,13 @@ def retrieval_gold(sessions: Iterable[Session], gold: Gold) -> RetrievalGold:
     for session in sessions:
         if session.memory_id != gold.memory_id:
             continue
-        sid = official_session_id(session.session_id)
+        sid = official_session_id(session.source_id or session.session_id)
         corpus_sessions.append(sid)
         hit = False
         for j, turn in enumerate(session.turns, start=1):
             if turn.role != "user":
                 continue
-            tid = official_turn_id(session.session_id, j)
+            tid = official_turn_id(session.source_id or session.session_id, j)
             turn_id_of[turn.dia_id] = tid
             corpus_turns.append(tid)
             if turn.dia_id in flagged and sid in answer_sessions:
@@ -324,10 +350,9 @@ def retrieval_gold(sessions: Iterable[Session], gold: Gold) -> RetrievalGold:
 
 # ----------------------------------------------------------------------------- protocol
 class _LongMemEvalAdapter:
-    """What 01_preprocess needs to know about LongMemEval.
+    """What 01_preprocess, 08_judge and 09_aggregate need to know about LongMemEval.
 
-    ``aggregate``, ``write_tables`` and ``judge`` live in a separate module and are attached to
-    this class there.
+    Judging and aggregation live in ``common.benchmarks.lme_protocol``.
     """
 
     name = "longmemeval"
@@ -354,6 +379,21 @@ class _LongMemEvalAdapter:
     def is_scored(self, gold: Gold) -> bool:
         # Every item is judged, abstention included (it has its own judge template).
         return True
+
+    def judge(self, client: Any, name: str, prompt_id: str, answer: Any, gold: Gold) -> Any:
+        from common.benchmarks import lme_protocol
+
+        return lme_protocol.judge(client, name, prompt_id, answer, gold)
+
+    def aggregate(self, run: Any, judges: list[str]) -> dict[str, Any]:
+        from common.benchmarks import lme_protocol
+
+        return lme_protocol.aggregate(run, judges)
+
+    def write_tables(self, run: Any, metrics: dict[str, Any]) -> list[Path]:
+        from common.benchmarks import lme_protocol
+
+        return lme_protocol.write_tables(run, metrics)
 
 
 ADAPTER = _LongMemEvalAdapter()
