@@ -22,7 +22,7 @@ ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMI
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 LOCOMO_STAGES = 01_preprocess 02_episodes 03_extract 04_index 05_plan 06_retrieve 07_answer 08_judge 09_aggregate
 
-.PHONY: help install data data-longmemeval locomo longmemeval judge2 test clean-run $(addprefix locomo-,$(LOCOMO_STAGES))
+.PHONY: help install data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test clean-run $(addprefix locomo-,$(LOCOMO_STAGES))
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -60,6 +60,10 @@ locomo-%:  ## one LoCoMo stage, e.g. make locomo-06_retrieve
 judge2:  ## second judge (Qwen3-32B via an OpenAI-compatible server) on the same answers
 	$(PY) -m LoCoMo.08_judge $(ARGS) --config configs/judge_qwen3_32b.yaml
 	$(PY) -m LoCoMo.09_aggregate $(ARGS)
+
+judge2-longmemeval:  ## second judge (Qwen3-32B) on the same LongMemEval answers
+	$(PY) -m LongMemEval.08_judge $(LME_ARGS) --config configs/judge_qwen3_32b.yaml
+	$(PY) -m LongMemEval.09_aggregate $(LME_ARGS)
 
 test:  ## the offline test-suite (a local fake OpenAI server; no network, no key)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
