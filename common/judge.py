@@ -7,6 +7,7 @@ failure (label None), which strict accuracy counts as wrong and never drops.
 from __future__ import annotations
 
 import json
+from typing import Any, Callable
 
 from common import prompts
 from common.llm import LLMCallError, LLMClient
@@ -38,21 +39,34 @@ def judge_messages(prompt_id: str, question: str, gold: str, answer: str) -> lis
     return [{"role": "user", "content": content}]
 
 
-def judge_answer(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow, gold: Gold) -> JudgeRow:
+def run_judge(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow,
+              messages: Callable[[], list[dict[str, str]]], parse: Callable[[str], int],
+              **complete_kw: Any) -> JudgeRow:
+    """One judge call with the failure discipline every benchmark shares.
+
+    A missing answer makes no request; a failed call or an unparsable reply gives label None
+    with its cause in ``error`` (counted wrong in strict accuracy, never dropped).
+    """
     settings = client.settings("judge")
     row = JudgeRow(qid=answer.qid, judge=name, judge_model=settings.model, prompt_id=prompt_id, label=None)
     if answer.answer is None:
         row.error = f"no_answer: {answer.error or 'answer stage failed'}"
         return row
     try:
-        c = client.complete("judge", judge_messages(prompt_id, answer.question, gold.answer, answer.answer),
-                            json_mode=True)
+        c = client.complete("judge", messages(), **complete_kw)
     except LLMCallError as exc:
         row.error = f"{exc.cause}: {exc}"
         return row
     row.raw, row.cache_key = c.text, c.cache_key
     try:
-        row.label, row.parse_ok = parse_label(c.text), True
+        row.label, row.parse_ok = parse(c.text), True
     except ValueError as exc:
         row.error = f"judge_parse_error: {exc}"
     return row
+
+
+def judge_answer(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow, gold: Gold) -> JudgeRow:
+    """The LoCoMo (Memora/mem0) judge: JSON mode, strict CORRECT/WRONG label."""
+    return run_judge(client, name, prompt_id, answer,
+                     lambda: judge_messages(prompt_id, answer.question, gold.answer, answer.answer or ""),
+                     parse_label, json_mode=True)

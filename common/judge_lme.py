@@ -16,7 +16,8 @@ import re
 from typing import Optional
 
 from common import prompts
-from common.llm import LLMCallError, LLMClient
+from common.judge import run_judge
+from common.llm import LLMClient
 from common.schema import AnswerRow, Gold, JudgeRow
 
 ABSTENTION = "judge_lme_abstention"
@@ -88,17 +89,6 @@ def judge_answer_lme(client: LLMClient, name: str, answer: AnswerRow, gold: Gold
     ``official_label`` of the reply, which always parses (``parse_ok`` True).
     """
     prompt_id = template_id(gold.question_type, gold.qid)
-    settings = client.settings("judge")
-    row = JudgeRow(qid=answer.qid, judge=name, judge_model=settings.model, prompt_id=prompt_id, label=None)
-    if answer.answer is None:
-        row.error = f"no_answer: {answer.error or 'answer stage failed'}"
-        return row
-    try:
-        c = client.complete("judge", judge_messages(prompt_id, answer.question, gold.answer, answer.answer),
-                            json_mode=False, max_tokens=MAX_TOKENS)
-    except LLMCallError as exc:
-        row.error = f"{exc.cause}: {exc}"
-        return row
-    row.raw, row.cache_key = c.text, c.cache_key
-    row.label, row.parse_ok = official_label(c.text), True
-    return row
+    return run_judge(client, name, prompt_id, answer,
+                     lambda: judge_messages(prompt_id, answer.question, gold.answer, answer.answer or ""),
+                     official_label, json_mode=False, max_tokens=MAX_TOKENS)

@@ -13,7 +13,7 @@ from common.config import load_config
 from common.stages import STAGES, Run
 from tests.conftest import REPO, run_overrides
 
-TINY = REPO / "tests" / "fixtures" / "longmemeval_tiny.json"
+TINY = REPO / "tests" / "fixtures" / "lme_tiny.json"
 REAL_ITEM = REPO.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_single_e47becba.json"
 ORDER = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate"]
 TYPES = ["single-session-preference", "single-session-assistant", "temporal-reasoning", "multi-session",

@@ -31,7 +31,7 @@ from common.schema import to_dict
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_single_e47becba.json"
-TINY = REPO / "tests" / "fixtures" / "longmemeval_tiny.json"
+TINY = REPO / "tests" / "fixtures" / "lme_tiny.json"
 
 
 @pytest.fixture(scope="module")

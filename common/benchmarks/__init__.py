@@ -28,3 +28,26 @@ def registry(name: str):  # -> adapter module-level object with the protocol bel
 
         return ADAPTER
     raise ValueError(f"benchmark {name!r} has no adapter yet (known: locomo, longmemeval)")
+
+
+class FileAdapter:
+    """Shared part of the adapters: where the raw benchmark file is."""
+
+    label = ""  # "LoCoMo"
+    default_path = ""  # where the Makefile's download target puts the file
+    default_env = ""  # environment variable naming the file
+    make_target = ""  # the Makefile target that downloads it
+
+    def data_path(self, cfg):  # -> Path
+        """``data.path``, else ``$<data.env>``, else the default download location."""
+        import os
+        from pathlib import Path
+
+        from common.config import resolve_path
+
+        env = cfg.data.env or self.default_env
+        path = resolve_path(cfg.data.path or os.environ.get(env) or self.default_path)
+        if not path.exists():
+            raise DataError(f"{path}: {self.label} file not found; run `make {self.make_target}` or set "
+                            f"{env}=/path/to/{Path(self.default_path).name} (or data.path in the config)")
+        return path

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import DataError
+from common.benchmarks import DataError, FileAdapter
 from common.schema import Gold, Question, Session, Turn
 
 # Integer category -> name. The file's ids do not follow the paper's listing order, and other
@@ -343,23 +343,11 @@ def select(
 
 
 # ----------------------------------------------------------------------------- protocol
-class _LocomoAdapter:
+class _LocomoAdapter(FileAdapter):
     """What 01_preprocess, 08_judge and 09_aggregate need to know about LoCoMo."""
 
-    name = "locomo"
-    default_path = "data/locomo10.json"  # where `make data` puts the download
-
-    def data_path(self, cfg: Any) -> Path:
-        import os
-
-        from common.config import resolve_path
-
-        raw = cfg.data.path or os.environ.get(cfg.data.env) or self.default_path
-        path = resolve_path(raw)
-        if not path.exists():
-            raise DataError(f"{path}: LoCoMo file not found; run `make data` or set "
-                            f"{cfg.data.env}=/path/to/locomo10.json (or data.path in the config)")
-        return path
+    name, label = "locomo", "LoCoMo"
+    default_path, default_env, make_target = "data/locomo10.json", "LOCOMO_JSON", "data"
 
     def load(self, path: Path) -> LocomoData:
         return load_locomo(path)

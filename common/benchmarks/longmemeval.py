@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import DataError
+from common.benchmarks import DataError, FileAdapter
 from common.benchmarks.locomo import _field, _is_instance, _Loc, _read_json, _show
 from common.schema import Gold, Question, Session, Turn
 
@@ -349,26 +349,15 @@ def retrieval_gold(sessions: Iterable[Session], gold: Gold) -> RetrievalGold:
 
 
 # ----------------------------------------------------------------------------- protocol
-class _LongMemEvalAdapter:
+class _LongMemEvalAdapter(FileAdapter):
     """What 01_preprocess, 08_judge and 09_aggregate need to know about LongMemEval.
 
     Judging and aggregation live in ``common.benchmarks.lme_protocol``.
     """
 
-    name = "longmemeval"
-    default_path = "data/longmemeval_s_cleaned.json"  # where `make data-longmemeval` puts it
-    default_env = "LONGMEMEVAL_JSON"
-
-    def data_path(self, cfg: Any) -> Path:
-        from common.config import resolve_path
-
-        env = cfg.data.env or self.default_env
-        raw = cfg.data.path or os.environ.get(env) or self.default_path
-        path = resolve_path(raw)
-        if not path.exists():
-            raise DataError(f"{path}: LongMemEval file not found; run `make data-longmemeval` or set "
-                            f"{env}=/path/to/longmemeval_s_cleaned.json (or data.path in the config)")
-        return path
+    name, label = "longmemeval", "LongMemEval"
+    default_path, default_env = "data/longmemeval_s_cleaned.json", "LONGMEMEVAL_JSON"
+    make_target = "data-longmemeval"
 
     def load(self, path: Path) -> LongMemEvalData:
         return load_longmemeval(path)
