@@ -35,7 +35,6 @@ not see. ``Question.qid`` keeps the official id verbatim. Decisions and quirks (
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
