@@ -17,7 +17,7 @@ from common.episodes import (
     partition_session,
     validate_segments,
 )
-from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+from common.llm import LLMClient
 from common.schema import Session, Turn
 
 TEXTS = [

@@ -11,7 +11,7 @@ from tests.fake_openai import FakeOpenAI, FaultPlan
 
 from common import prompts
 from common.extract import GRANULARITIES, extract_episode, extract_messages, normalize_records
-from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+from common.llm import LLMClient
 from common.render import MemoryView
 from common.schema import Episode, Session, Turn
 

@@ -10,7 +10,7 @@ from tests import conftest
 
 from tests.fake_openai import FakeOpenAI, FaultPlan
 
-from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+from common.llm import LLMClient
 from common.plan import PlanError, fallback_plan, normalize_plan, plan_question, vocabulary_text
 from common.schema import Question
 

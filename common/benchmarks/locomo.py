@@ -19,14 +19,14 @@ Quirks handled here (see shared/spec/benchmarks.md section 2):
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import DataError, FileAdapter
+from common.benchmarks import FileAdapter
+from common.benchmarks.fields import Loc, is_instance, iter_items, optional, required, show
 from common.schema import Gold, Question, Session, Turn
 
 # Integer category -> name. The file's ids do not follow the paper's listing order, and other
@@ -48,7 +48,6 @@ _SESSION_KEY = re.compile(r"session_(\d+)")
 _DIA_ID = re.compile(r"D\d+:\d+")
 # Evidence entries are sometimes several ids joined by ';', ',' or spaces.
 _EVIDENCE_SEP = re.compile(r"[;,\s]+")
-_REPR_LIMIT = 60
 
 
 @dataclass(frozen=True)
@@ -66,73 +65,6 @@ class LocomoData:
         return list(dict.fromkeys(ids))
 
 
-@dataclass(frozen=True)
-class _Loc:
-    """Where we are in the file, so every error names file, sample and field on one line."""
-
-    file: str
-    sample: str = ""
-    field: str = ""
-
-    def at(self, part: str) -> _Loc:
-        """Descend into a key (``"qa"``) or a list index (``"[12]"``)."""
-        if not self.field or part.startswith("["):
-            return _Loc(self.file, self.sample, self.field + part)
-        return _Loc(self.file, self.sample, f"{self.field}.{part}")
-
-    def error(self, message: str) -> DataError:
-        parts = [p for p in (self.file, self.sample, self.field) if p] + [message]
-        # repr() already escapes newlines in values; this guards the file name as well.
-        return DataError(" ".join(": ".join(parts).splitlines()))
-
-
-def _show(value: Any) -> str:
-    """A short, single-line rendering of an offending value for error messages."""
-    text = repr(value)
-    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
-
-
-def _type_name(types: type | tuple[type, ...]) -> str:
-    if isinstance(types, tuple):
-        return " or ".join(t.__name__ for t in types)
-    return types.__name__
-
-
-def _is_instance(value: Any, types: type | tuple[type, ...]) -> bool:
-    # bool is a subclass of int in Python, but `true` is never a valid id, count or answer here.
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        return False
-    return isinstance(value, types)
-
-
-def _field(obj: dict[str, Any], key: str, types: type | tuple[type, ...], loc: _Loc) -> Any:
-    """Return the required ``obj[key]``, checked against ``types``."""
-    where = loc.at(key)
-    if key not in obj:
-        raise where.error("missing required field")
-    value = obj[key]
-    if not _is_instance(value, types):
-        raise where.error(f"expected {_type_name(types)}, got {_show(value)}")
-    return value
-
-
-def _optional(obj: dict[str, Any], key: str, types: type | tuple[type, ...], loc: _Loc) -> Any:
-    """Return ``obj[key]`` checked against ``types``, or None when the key is absent."""
-    return _field(obj, key, types, loc) if key in obj else None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read file: {exc}") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        # A truncated download is the usual cause; the position tells how far the file got.
-        raise DataError(f"{path}: invalid JSON (truncated download?): {exc}") from exc
-
-
 def load_locomo(path: str | Path) -> LocomoData:
     """Load and validate a LoCoMo file (the ``locomo10.json`` layout).
 
@@ -146,34 +78,16 @@ def load_locomo(path: str | Path) -> LocomoData:
         DataError: The file cannot be read or parsed, a required field is missing or has the
             wrong type, a category is outside 1-5, or a ``sample_id`` or ``dia_id`` repeats.
     """
-    path = Path(path)
-    raw = _read_json(path)
-    root = _Loc(str(path))
-    if not isinstance(raw, list):
-        raise root.error(f"expected a JSON list of samples, got {type(raw).__name__}")
-
     sessions: list[Session] = []
     questions: list[Question] = []
     golds: list[Gold] = []
-    first_seen: dict[str, int] = {}
-    for i, sample in enumerate(raw):
-        loc = _Loc(root.file, f"sample[{i}]")
-        if not isinstance(sample, dict):
-            raise loc.error(f"expected an object, got {_show(sample)}")
-        sample_id = _field(sample, "sample_id", str, loc)
-        loc = _Loc(root.file, f"sample[{i}] ({sample_id})")
-        if sample_id in first_seen:
-            raise loc.at("sample_id").error(
-                f"duplicate {sample_id!r} (first used by sample[{first_seen[sample_id]}])"
-            )
-        first_seen[sample_id] = i
-
-        conversation = _field(sample, "conversation", dict, loc)
+    for sample, sample_id, loc in iter_items(Path(path), "sample", "sample_id"):
+        conversation = required(sample, "conversation", dict, loc)
         sample_sessions = _parse_conversation(conversation, sample_id, loc.at("conversation"))
         dia_ids = {turn.dia_id for session in sample_sessions for turn in session.turns}
         sessions.extend(sample_sessions)
 
-        qa = _field(sample, "qa", list, loc)
+        qa = required(sample, "qa", list, loc)
         for j, item in enumerate(qa):
             # qid uses the 1-based position in the sample's qa list: stable across runs and
             # traceable back to the file without renaming anything upstream.
@@ -184,8 +98,8 @@ def load_locomo(path: str | Path) -> LocomoData:
     return LocomoData(sessions=sessions, questions=questions, gold=golds)
 
 
-def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: _Loc) -> list[Session]:
-    speakers = [_field(conv, "speaker_a", str, loc), _field(conv, "speaker_b", str, loc)]
+def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: Loc) -> list[Session]:
+    speakers = [required(conv, "speaker_a", str, loc), required(conv, "speaker_b", str, loc)]
     numbered = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION_KEY.fullmatch(key)))
     if not numbered:
         raise loc.error("no session_N keys")
@@ -193,8 +107,8 @@ def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: _Loc) -> list
     sessions: list[Session] = []
     seen_dia_ids: set[str] = set()
     for index, key in numbered:
-        raw_turns = _field(conv, key, list, loc)
-        date_time = _field(conv, f"{key}_date_time", str, loc)
+        raw_turns = required(conv, key, list, loc)
+        date_time = required(conv, f"{key}_date_time", str, loc)
         turns = [_parse_turn(t, loc.at(key).at(f"[{k}]")) for k, t in enumerate(raw_turns)]
         for k, turn in enumerate(turns):
             # Evidence and retrieval are keyed by dia_id, so a repeat would make them ambiguous.
@@ -214,48 +128,48 @@ def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: _Loc) -> list
     return sessions
 
 
-def _parse_turn(raw: Any, loc: _Loc) -> Turn:
+def _parse_turn(raw: Any, loc: Loc) -> Turn:
     if not isinstance(raw, dict):
-        raise loc.error(f"expected an object, got {_show(raw)}")
-    img_url = _optional(raw, "img_url", (list, str), loc)
+        raise loc.error(f"expected an object, got {show(raw)}")
+    img_url = optional(raw, "img_url", (list, str), loc)
     if isinstance(img_url, str):
         img_url = [img_url]
     for k, url in enumerate(img_url or []):
         if not isinstance(url, str):
-            raise loc.at("img_url").at(f"[{k}]").error(f"expected str, got {_show(url)}")
+            raise loc.at("img_url").at(f"[{k}]").error(f"expected str, got {show(url)}")
     return Turn(
-        dia_id=_field(raw, "dia_id", str, loc),
-        speaker=_field(raw, "speaker", str, loc),
-        text=_field(raw, "text", str, loc),
+        dia_id=required(raw, "dia_id", str, loc),
+        speaker=required(raw, "speaker", str, loc),
+        text=required(raw, "text", str, loc),
         role="user",  # both LoCoMo speakers are people; neither is an assistant
         img_url=list(img_url or []),
-        blip_caption=_optional(raw, "blip_caption", str, loc) or "",
-        query=_optional(raw, "query", str, loc) or "",
+        blip_caption=optional(raw, "blip_caption", str, loc) or "",
+        query=optional(raw, "query", str, loc) or "",
     )
 
 
 def _parse_qa(
-    raw: Any, qid: str, sample_id: str, dia_ids: set[str], loc: _Loc
+    raw: Any, qid: str, sample_id: str, dia_ids: set[str], loc: Loc
 ) -> tuple[Question, Gold]:
     if not isinstance(raw, dict):
-        raise loc.error(f"expected an object, got {_show(raw)}")
-    text = _field(raw, "question", str, loc)
+        raise loc.error(f"expected an object, got {show(raw)}")
+    text = required(raw, "question", str, loc)
     if "category" not in raw:
         raise loc.at("category").error("missing required field")
     category = raw["category"]
-    if not _is_instance(category, int) or category not in CATEGORY_NAMES:
-        raise loc.at("category").error(f"expected int 1-5, got {_show(category)}")
+    if not is_instance(category, int) or category not in CATEGORY_NAMES:
+        raise loc.at("category").error(f"expected int 1-5, got {show(category)}")
 
     # Only category 5 may lack `answer`: its gold is "the conversation does not say".
-    answer = _optional(raw, "answer", (str, int), loc)
+    answer = optional(raw, "answer", (str, int), loc)
     if answer is None and category != 5:
         raise loc.at("answer").error("missing required field")
-    adversarial = _optional(raw, "adversarial_answer", (str, int), loc)
+    adversarial = optional(raw, "adversarial_answer", (str, int), loc)
 
-    raw_evidence = _field(raw, "evidence", list, loc)
+    raw_evidence = required(raw, "evidence", list, loc)
     for k, entry in enumerate(raw_evidence):
         if not isinstance(entry, str):
-            raise loc.at("evidence").at(f"[{k}]").error(f"expected str, got {_show(entry)}")
+            raise loc.at("evidence").at(f"[{k}]").error(f"expected str, got {show(entry)}")
 
     question = Question(qid=qid, memory_id=sample_id, question=text)
     gold = Gold(

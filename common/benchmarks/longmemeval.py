@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import DataError, FileAdapter
-from common.benchmarks.locomo import _field, _is_instance, _Loc, _read_json, _show
+from common.benchmarks import FileAdapter
+from common.benchmarks.fields import Loc, is_instance, iter_items, required, show
 from common.schema import Gold, Question, Session, Turn
 
 # The six official question types, in the column order of the paper's Table 2.
@@ -116,27 +116,10 @@ def load_longmemeval(path: str | Path) -> LongMemEvalData:
             wrong type, the three haystack lists differ in length, a role or question type is
             unknown, or a ``question_id`` repeats.
     """
-    path = Path(path)
-    raw = _read_json(path)
-    root = _Loc(str(path))
-    if not isinstance(raw, list):
-        raise root.error(f"expected a JSON list of items, got {type(raw).__name__}")
-
     sessions: list[Session] = []
     questions: list[Question] = []
     golds: list[Gold] = []
-    first_seen: dict[str, int] = {}
-    for i, item in enumerate(raw):
-        loc = _Loc(root.file, f"item[{i}]")
-        if not isinstance(item, dict):
-            raise loc.error(f"expected an object, got {_show(item)}")
-        qid = _field(item, "question_id", str, loc)
-        loc = _Loc(root.file, f"item[{i}] ({qid})")
-        if qid in first_seen:
-            raise loc.at("question_id").error(
-                f"duplicate {qid!r} (first used by item[{first_seen[qid]}])"
-            )
-        first_seen[qid] = i
+    for item, qid, loc in iter_items(Path(path), "item", "question_id"):
         item_sessions, gold = _parse_item(item, qid, loc)
         memory = memory_id_of(qid)
         sessions.extend(item_sessions)
@@ -144,8 +127,8 @@ def load_longmemeval(path: str | Path) -> LongMemEvalData:
             Question(
                 qid=qid,
                 memory_id=memory,
-                question=_field(item, "question", str, loc),
-                question_date=_field(item, "question_date", str, loc),
+                question=required(item, "question", str, loc),
+                question_date=required(item, "question_date", str, loc),
             )
         )
         golds.append(gold)
@@ -166,25 +149,25 @@ def memory_id_of(question_id: str) -> str:
     return "lme-" + hashlib.sha256(question_id.encode("utf-8")).hexdigest()[:12]
 
 
-def _str_list(item: dict[str, Any], key: str, loc: _Loc) -> list[str]:
-    values = _field(item, key, list, loc)
+def _str_list(item: dict[str, Any], key: str, loc: Loc) -> list[str]:
+    values = required(item, key, list, loc)
     for k, value in enumerate(values):
         if not isinstance(value, str):
-            raise loc.at(key).at(f"[{k}]").error(f"expected str, got {_show(value)}")
+            raise loc.at(key).at(f"[{k}]").error(f"expected str, got {show(value)}")
     return values
 
 
-def _parse_item(item: dict[str, Any], qid: str, loc: _Loc) -> tuple[list[Session], Gold]:
-    qtype = _field(item, "question_type", str, loc)
+def _parse_item(item: dict[str, Any], qid: str, loc: Loc) -> tuple[list[Session], Gold]:
+    qtype = required(item, "question_type", str, loc)
     if qtype not in QUESTION_TYPES:
         raise loc.at("question_type").error(
-            f"unknown type {_show(qtype)}; expected one of {', '.join(QUESTION_TYPES)}"
+            f"unknown type {show(qtype)}; expected one of {', '.join(QUESTION_TYPES)}"
         )
-    answer = _field(item, "answer", (str, int), loc)
+    answer = required(item, "answer", (str, int), loc)
     answer_session_ids = _str_list(item, "answer_session_ids", loc)
     ids = _str_list(item, "haystack_session_ids", loc)
     dates = _str_list(item, "haystack_dates", loc)
-    raw_sessions = _field(item, "haystack_sessions", list, loc)
+    raw_sessions = required(item, "haystack_sessions", list, loc)
     lengths = dict(zip(_HAYSTACK, (len(ids), len(dates), len(raw_sessions))))
     if len(set(lengths.values())) != 1:
         shown = ", ".join(f"{k}={n}" for k, n in lengths.items())
@@ -196,7 +179,7 @@ def _parse_item(item: dict[str, Any], qid: str, loc: _Loc) -> tuple[list[Session
     for i, (sid, date, raw_turns) in enumerate(zip(ids, dates, raw_sessions), start=1):
         where = loc.at("haystack_sessions").at(f"[{i - 1}]")
         if not isinstance(raw_turns, list):
-            raise where.error(f"expected list, got {_show(raw_turns)}")
+            raise where.error(f"expected list, got {show(raw_turns)}")
         seen[sid] = seen.get(sid, 0) + 1
         # Issue #54: a repeated id gets "#n" so Session.key stays unique; see official_session_id.
         source_id = sid if seen[sid] == 1 else f"{sid}#{seen[sid]}"
@@ -233,16 +216,16 @@ def _parse_item(item: dict[str, Any], qid: str, loc: _Loc) -> tuple[list[Session
     return sessions, gold
 
 
-def _parse_turn(raw: Any, dia_id: str, loc: _Loc) -> tuple[Turn, bool]:
+def _parse_turn(raw: Any, dia_id: str, loc: Loc) -> tuple[Turn, bool]:
     if not isinstance(raw, dict):
-        raise loc.error(f"expected an object, got {_show(raw)}")
-    role = _field(raw, "role", str, loc)
+        raise loc.error(f"expected an object, got {show(raw)}")
+    role = required(raw, "role", str, loc)
     if role not in ROLES:
-        raise loc.at("role").error(f"expected 'user' or 'assistant', got {_show(role)}")
-    content = _field(raw, "content", str, loc)
+        raise loc.at("role").error(f"expected 'user' or 'assistant', got {show(role)}")
+    content = required(raw, "content", str, loc)
     has_answer = raw.get("has_answer", False)
-    if not _is_instance(has_answer, bool):
-        raise loc.at("has_answer").error(f"expected bool, got {_show(has_answer)}")
+    if not is_instance(has_answer, bool):
+        raise loc.at("has_answer").error(f"expected bool, got {show(has_answer)}")
     return Turn(dia_id=dia_id, speaker=role, text=content, role=role), has_answer
 
 
