@@ -57,3 +57,34 @@ def make_client(server, tmp_path: Path, role: str, *, max_attempts: int = 2):
         cache=ResponseCache(str(tmp_path / "c.sqlite")),
         retry=RetryPolicy(max_attempts=max_attempts, initial_wait=0.01, max_wait=0.02),
     )
+
+
+STAGE_ORDER = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate"]
+
+# A short two-speaker session shared by the partition and extraction unit tests.
+DIALOGUE = [
+    ("Caroline", "I went to the LGBTQ support group yesterday and it was powerful."),
+    ("Melanie", "That sounds wonderful! What happened at the meeting?"),
+    ("Caroline", "People shared transgender stories, very inspiring experiences."),
+    ("Melanie", "I painted a sunrise over the lake last weekend."),
+    ("Caroline", "Beautiful! Painting seems relaxing for you."),
+    ("Melanie", "It is. Running also helps me unwind."),
+]
+
+
+def rows(path: Path) -> list[dict]:
+    """Every row of a JSONL artifact."""
+    import json
+
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def run_stages(config: str, sets: list[str], stages: list[str] = STAGE_ORDER):
+    """Run pipeline stages in-process on ``config`` plus ``--set`` overrides; return the Run."""
+    from common.config import load_config
+    from common.stages import STAGES, Run
+
+    run = Run(load_config([config], sets), progress=False)
+    for stage in stages:
+        STAGES[stage](run)
+    return run

@@ -12,20 +12,15 @@ import pytest
 
 from common.config import load_config
 from common.stages import STAGES, Run, StageFailed
-from tests.conftest import REPO, TINY_LOCOMO, run_overrides
-
-ORDER = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate"]
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+from tests import conftest
+from tests.conftest import STAGE_ORDER as ORDER
+from tests.conftest import REPO, rows, TINY_LOCOMO, run_overrides
 
 
-def run_stages(cfg_sets: list[str], stages: list[str] = ORDER) -> Run:
-    run = Run(load_config(["configs/locomo.yaml"], cfg_sets), progress=False)
-    for stage in stages:
-        STAGES[stage](run)
-    return run
+
+
+def run_stages(sets: list[str], stages: list[str] = ORDER) -> Run:
+    return conftest.run_stages("configs/locomo.yaml", sets, stages)
 
 
 def make_env(server) -> dict[str, str]:

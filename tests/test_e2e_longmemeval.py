@@ -5,30 +5,23 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from common.config import load_config
-from common.stages import STAGES, Run
-from tests.conftest import REPO, run_overrides
+from common.stages import Run
+from tests import conftest
+from tests.conftest import STAGE_ORDER as ORDER
+from tests.conftest import REPO, rows, run_overrides
 
 TINY = REPO / "tests" / "fixtures" / "lme_tiny.json"
 REAL_ITEM = REPO.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_single_e47becba.json"
-ORDER = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate"]
 TYPES = ["single-session-preference", "single-session-assistant", "temporal-reasoning", "multi-session",
          "knowledge-update", "single-session-user"]
 
 
-def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
 
 def run_stages(sets: list[str], stages: list[str] = ORDER) -> Run:
-    run = Run(load_config(["configs/longmemeval.yaml"], sets), progress=False)
-    for stage in stages:
-        STAGES[stage](run)
-    return run
+    return conftest.run_stages("configs/longmemeval.yaml", sets, stages)
 
 
 def test_make_longmemeval_on_fixture_then_rerun_makes_zero_requests(tmp_path, fake_server):

@@ -20,14 +20,7 @@ from common.episodes import (
 from common.llm import LLMClient
 from common.schema import Session, Turn
 
-TEXTS = [
-    ("Caroline", "I went to the LGBTQ support group yesterday and it was powerful."),
-    ("Melanie", "That sounds wonderful! What happened at the meeting?"),
-    ("Caroline", "People shared transgender stories, very inspiring experiences."),
-    ("Melanie", "I painted a sunrise over the lake last weekend."),
-    ("Caroline", "Beautiful! Painting seems relaxing for you."),
-    ("Melanie", "It is. Running also helps me unwind."),
-]
+TEXTS = conftest.DIALOGUE
 
 
 def make_session(n: int = 6) -> Session:

@@ -15,14 +15,7 @@ from common.llm import LLMClient
 from common.render import MemoryView
 from common.schema import Episode, Session, Turn
 
-TEXTS = [
-    ("Caroline", "I went to the LGBTQ support group yesterday and it was powerful."),
-    ("Melanie", "That sounds wonderful! What happened at the meeting?"),
-    ("Caroline", "People shared transgender stories, very inspiring experiences."),
-    ("Melanie", "I painted a sunrise over the lake last weekend."),
-    ("Caroline", "Beautiful! Painting seems relaxing for you."),
-    ("Melanie", "It is. Running also helps me unwind."),
-]
+TEXTS = conftest.DIALOGUE
 EP_IDS = ["D1:3", "D1:4", "D1:5"]
 EP_ID = "conv-26::session_1::episode_002"
 
