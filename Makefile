@@ -16,13 +16,16 @@ LME_SHA256_longmemeval_s_cleaned := d6f21ea9d60a0d56f34a05b609c79c88a451d2ae0359
 LME_SHA256_longmemeval_oracle    := 821a2034d219ab45846873dd14c14f12cfe7776e73527a483f9dac095d38620c
 LME_SHA256_longmemeval_m_cleaned := 9d79e5524794a2e6900a3aa9cb7d9152c5a3e8319c9a87c25494ba1eacee495f
 LME_CONFIG ?= configs/longmemeval.yaml
+SUBSET  ?=
+ONLY    ?=
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(CONVS),--conversations $(CONVS)) $(foreach s,$(SET),--set $(s))
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 LOCOMO_STAGES = 01_preprocess 02_episodes 03_extract 04_index 05_plan 06_retrieve 07_answer 08_judge 09_aggregate
 
-.PHONY: help install data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test clean-run $(addprefix locomo-,$(LOCOMO_STAGES))
+.PHONY: help install data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test clean-run \
+        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper $(addprefix locomo-,$(LOCOMO_STAGES))
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -64,6 +67,22 @@ judge2:  ## second judge (Qwen3-32B via an OpenAI-compatible server) on the same
 judge2-longmemeval:  ## second judge (Qwen3-32B) on the same LongMemEval answers
 	$(PY) -m LongMemEval.08_judge $(LME_ARGS) --config configs/judge_qwen3_32b.yaml
 	$(PY) -m LongMemEval.09_aggregate $(LME_ARGS)
+
+# Ablations and baselines: every run named in configs/experiments.yaml (one design choice each).
+EXP_ARGS = $(if $(SUBSET),--subset $(SUBSET)) $(if $(ONLY),--only $(ONLY)) $(if $(LIMIT),--limit $(LIMIT)) \
+           $(foreach s,$(SET),--set $(s))
+
+ablations:  ## LoCoMo ablations on the stored 88-question subset (SUBSET=all for all questions, ONLY=a,b)
+	$(PY) -m LoCoMo.10_ablations $(EXP_ARGS)
+
+ablations-longmemeval:  ## LongMemEval ablations (SUBSET=<file> or all)
+	$(PY) -m LongMemEval.10_ablations $(EXP_ARGS)
+
+baselines:  ## the harness's own LoCoMo baselines: full context, RAG over turns, no memory, oracle (ONLY=a,b)
+	$(PY) -m common.runner baselines --benchmark locomo $(EXP_ARGS)
+
+baselines-longmemeval:  ## the same baselines on LongMemEval
+	$(PY) -m common.runner baselines --benchmark longmemeval $(EXP_ARGS)
 
 test:  ## the offline test-suite (a local fake OpenAI server; no network, no key)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q

@@ -9,19 +9,35 @@ from common.schema import AnswerRow, Plan, Question, RetrievalRow
 PROMPT_IDS = ("answer_system", "answer_user")
 
 
-def answer_messages(question: Question, plan: Plan, retrieval: RetrievalRow) -> list[dict[str, str]]:
+def prompt_family(plan: Plan | None, retrieval: RetrievalRow) -> str:
+    """EnSIMem's answer prompt (with the plan); baselines have no plan and get the same rules
+    without it (``answer_baseline``), or the closed-book prompt when they carry no memory."""
+    if plan is not None:
+        return "answer"
+    return "answer_closed_book" if retrieval.mode == "no_memory" else "answer_baseline"
+
+
+def answer_messages(question: Question, plan: Plan | None, retrieval: RetrievalRow) -> list[dict[str, str]]:
+    date = question.question_date or "unknown"
+    pid = prompt_family(plan, retrieval)
+    if plan is None:
+        user = prompts.render(f"{pid}_user", question_date=date, question=question.question,
+                              **({} if retrieval.mode == "no_memory" else
+                                 {"context": retrieval.buffer_text or "(no conversation context)"}))
+        return [{"role": "system", "content": prompts.load(f"{pid}_system")}, {"role": "user", "content": user}]
     user = prompts.render(
-        "answer_user", question_date=question.question_date or "unknown", question=question.question,
+        "answer_user", question_date=date, question=question.question,
         plan=compact_plan(plan), episodes=retrieval.buffer_text or "(no episodes retrieved)",
     )
     return [{"role": "system", "content": prompts.load("answer_system")}, {"role": "user", "content": user}]
 
 
-def answer_question(client: LLMClient, question: Question, plan: Plan, retrieval: RetrievalRow) -> AnswerRow:
+def answer_question(client: LLMClient, question: Question, plan: Plan | None, retrieval: RetrievalRow) -> AnswerRow:
     """One plain chat call; a failed call is a recorded row with ``answer=None``."""
     settings = client.settings("answer")
     row = AnswerRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
-                    answer=None, model=settings.model, prompt_id="answer_user")
+                    answer=None, model=settings.model,
+                    prompt_id=f"{prompt_family(plan, retrieval)}_user")
     try:
         c = client.complete("answer", answer_messages(question, plan, retrieval), json_mode=False)
     except LLMCallError as exc:

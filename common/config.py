@@ -62,6 +62,7 @@ class DataConfig:
     env: str = "LOCOMO_JSON"
     conversations: list = field(default_factory=list)  # memory ids to keep; empty = all
     question_limit: Optional[int] = None  # first N questions per memory; None = all
+    subset: Optional[str] = None  # a configs/subsets/*.yaml file: keep only its question_ids
 
 
 @dataclass
@@ -147,6 +148,22 @@ class RetrieveConfig:
 
 
 @dataclass
+class MethodConfig:
+    """Which memory method builds the evidence buffer (the harness's own baselines beside EnSIMem).
+
+    ``ensimem`` runs 02-06 as in the paper. The baselines skip 02-05 and build the buffer in 06:
+    ``full_context`` (the whole conversation, oldest sessions dropped first when it exceeds
+    ``context_tokens``), ``rag_turns`` (top ``rag_k`` turns by dense similarity, shown in
+    conversation order), ``no_memory`` (empty buffer: closed book) and ``oracle`` (only the gold
+    evidence turns: an upper bound, and the only method that reads the gold file before judging).
+    """
+
+    name: str = "ensimem"
+    context_tokens: int = 120000  # full_context budget (o200k tokens); fits 128k-window models
+    rag_k: int = 10  # rag_turns: turns retrieved per question
+
+
+@dataclass
 class JudgeConfig:
     name: str = "gpt-4o-mini"  # file suffix of 08_judge_<name>.jsonl; judges are never averaged
     prompt: str = "judge_locomo_mem0"
@@ -171,6 +188,7 @@ class Config:
     index: IndexConfig = field(default_factory=IndexConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
@@ -311,6 +329,7 @@ _CHOICES = {
     "embedding.backend": ("sentence-transformers", "openai"),
     "llm.cache_mode": ("rw", "ro", "off", "refresh"),
     "benchmark": ("locomo", "longmemeval"),
+    "method.name": ("ensimem", "full_context", "rag_turns", "no_memory", "oracle"),
 }
 
 

@@ -252,6 +252,7 @@ class RetrievalRow:
     buffer_text: str
     buffer_tokens: int
     seconds: float = 0.0
+    method_info: dict[str, Any] = field(default_factory=dict)  # baselines: truncation, scores, source
 
 
 # --------------------------------------------------------------------------- 07 answer

@@ -24,7 +24,7 @@ from common.benchmarks import registry
 from common.dedup import rebase_partition, rebase_records, representatives
 from common.config import ROLES, Config, resolve_path, to_yaml
 from common.index import MemoryIndex, build_index, index_fingerprint
-from common.io import StageWriter, read_jsonl, write_json, write_jsonl, write_manifest
+from common.io import StageWriter, read_jsonl, sha256_file, write_json, write_jsonl, write_manifest
 from common.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy
 from common.render import MemoryView
 from common.retrieve import Retriever
@@ -111,7 +111,7 @@ _STAGE_SETTINGS = {
     "03_extract": ("role:extract", "extract"),
     "04_index": ("embedding", "index"),
     "05_plan": ("role:plan", "plan"),
-    "06_retrieve": ("retrieve",),
+    "06_retrieve": ("retrieve", "method"),
     "07_answer": ("role:answer",),
 }
 _CHAIN = list(_STAGE_SETTINGS)
@@ -192,6 +192,13 @@ def preprocess(run: Run) -> None:
     adapter = registry(run.cfg.benchmark)
     src = adapter.data_path(run.cfg)
     data = adapter.select(adapter.load(src), run.cfg)
+    subset = None
+    if run.cfg.data.subset:
+        from common import subset as subset_mod
+        from common.experiments import load_subset
+
+        subset = load_subset(run.cfg.data.subset)
+        data = subset_mod.apply(data, subset.question_ids, str(subset.path))
     run.dir.mkdir(parents=True, exist_ok=True)
     outs = [run.path("sessions"), run.path("questions"), run.path("gold")]
     write_jsonl(outs[0], (to_dict(s) for s in data.sessions))
@@ -200,10 +207,26 @@ def preprocess(run: Run) -> None:
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
     _manifest(run, "01_preprocess", inputs=[src], outputs=outs, rows=len(data.questions),
-                   started=started, extra={"source": str(src), "memories": len({s.memory_id for s in data.sessions}),
+                   started=started, extra={"source": str(src), "source_sha256": sha256_file(src),
+                                           "subset": str(subset.path) if subset else None, "memories": len({s.memory_id for s in data.sessions}),
                                            "sessions": len(data.sessions), "turns": n_turns})
     print(f"01_preprocess: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
           f"{n_turns} turns, {len(data.questions)} questions -> {run.dir}", flush=True)
+
+
+# ----------------------------------------------------------------------------- 02-05 (EnSIMem only)
+def uses_memory_index(cfg: Config) -> bool:
+    """Only EnSIMem builds episodes, records, an index and plans; baselines start at 06."""
+    return cfg.method.name == "ensimem"
+
+
+def _skipped(run: Run, stage: str) -> bool:
+    if uses_memory_index(run.cfg):
+        return False
+    print(f"{stage}: skipped (method {run.cfg.method.name} builds its buffer in 06_retrieve)", flush=True)
+    _manifest(run, stage, inputs=[], outputs=[], rows=0, started=time.time(),
+              extra={"skipped": f"method={run.cfg.method.name}"})
+    return True
 
 
 # ----------------------------------------------------------------------------- 02
@@ -231,6 +254,8 @@ def _two_pass(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn
 
 
 def episodes(run: Run) -> None:
+    if _skipped(run, "02_episodes"):
+        return
     sessions = load_sessions(run)
     cfg = run.cfg.episodes
     rep_of = representatives(sessions)
@@ -241,6 +266,8 @@ def episodes(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 03
 def extract(run: Run) -> None:
+    if _skipped(run, "03_extract"):
+        return
     views = load_views(run)
     rows = [from_dict(PartitionRow, r) for r in read_jsonl(run.path("episodes"))]
     eps = [e for r in rows for e in r.episodes]
@@ -257,6 +284,8 @@ def extract(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 04
 def index(run: Run) -> None:
+    if _skipped(run, "04_index"):
+        return
     started = time.time()
     views = load_views(run)
     eps_by: dict[str, list[Episode]] = defaultdict(list)
@@ -294,6 +323,8 @@ def index(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 05
 def plan(run: Run) -> None:
+    if _skipped(run, "05_plan"):
+        return
     import json
 
     questions = load_questions(run)
@@ -309,6 +340,8 @@ def plan(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 06
 def retrieve(run: Run) -> None:
+    if not uses_memory_index(run.cfg):
+        return retrieve_baseline(run)
     started = time.time()
     questions = load_questions(run)
     plans = _by_qid(read_jsonl(run.path("plans")), PlanRow)
@@ -335,13 +368,57 @@ def retrieve(run: Run) -> None:
     _summary("06_retrieve", rows, writer.resumed, len(todo), 0, out, started)
 
 
+def retrieve_baseline(run: Run) -> None:
+    """06 for the harness's own baselines (``common.baselines``): buffer without 02-05."""
+    from common import baselines
+
+    started = time.time()
+    method, mcfg, imgs = run.cfg.method.name, run.cfg.method, run.cfg.episodes.include_images
+    questions = load_questions(run)
+    views = load_views(run)
+    out = run.path("retrievals")
+    guard_settings(run, "06_retrieve", out)
+    writer = StageWriter(out, "qid", force=run.force)
+    todo = writer.pending(questions, lambda q: q.qid)
+    inputs = [run.path("sessions"), run.path("questions")]
+    gold: dict[str, Gold] = {}
+    if method in baselines.READS_GOLD:  # the labelled upper bound; no other method opens gold here
+        gold = {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}
+        inputs.append(run.path("gold"))
+    rag: dict[str, Any] = {}
+    emb = run.embedder() if todo and method == "rag_turns" else None
+    try:
+        from tqdm import tqdm
+
+        for q in tqdm(todo, desc="06_retrieve", disable=not run.progress or len(todo) < 2, leave=False):
+            view = views[q.memory_id]
+            if method == "full_context":
+                row = baselines.full_context(q, view, mcfg.context_tokens, imgs)
+            elif method == "rag_turns":
+                if q.memory_id not in rag:
+                    rag[q.memory_id] = baselines.TurnRetriever(view, emb, imgs)
+                row = rag[q.memory_id].retrieve(q, mcfg.rag_k, imgs)
+            elif method == "no_memory":
+                row = baselines.no_memory(q, view)
+            else:
+                row = baselines.oracle(q, view, gold.get(q.qid), imgs)
+            writer.write(to_dict(row))
+    finally:
+        rows = writer.close(order=[q.qid for q in questions])
+    _manifest(run, "06_retrieve", inputs=inputs, outputs=[out], rows=len(rows), started=started,
+              extra={"mode": method, "reads_gold": method in baselines.READS_GOLD})
+    _summary("06_retrieve", rows, writer.resumed, len(todo), 0, out, started)
+
+
 # ----------------------------------------------------------------------------- 07
 def answer(run: Run) -> None:
     questions = load_questions(run)
-    plans = _by_qid(read_jsonl(run.path("plans")), PlanRow)
+    # Baselines have no plan: the answer stage then uses the plan-free prompt.
+    plans = _by_qid(read_jsonl(run.path("plans")), PlanRow) if uses_memory_index(run.cfg) else {}
     rets = _by_qid(read_jsonl(run.path("retrievals")), RetrievalRow)
     _llm_stage(run, "07_answer", run.path("answers"), "qid", questions, lambda q: q.qid,
-               lambda q: answer_mod.answer_question(run._client, q, plans[q.qid].plan, rets[q.qid]),
+               lambda q: answer_mod.answer_question(run._client, q, plans[q.qid].plan if plans else None,
+                                                    rets[q.qid]),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]))
 
 
@@ -390,6 +467,15 @@ STAGE_ROLES = {"episodes": ("partition",), "extract": ("extract",), "plan": ("pl
                "answer": ("answer",), "judge": ("judge",)}
 
 
+def check_endpoint(run: Run, stage: str) -> None:
+    """Fail at once, in one line, when a stage that will call an LLM has no endpoint."""
+    cfg = run.cfg
+    skip = (stage == "episodes" and cfg.episodes.mode != "theme") or (
+        stage in ("episodes", "extract", "plan") and not uses_memory_index(cfg))
+    if stage in STAGE_ROLES and not skip:
+        run.client(STAGE_ROLES[stage])
+
+
 def main(stage: str, benchmark: str, doc: str | None = None) -> None:
     """Entry point of every numbered script: parse, run one stage, one-line errors."""
     from common.cli import parse
@@ -397,8 +483,7 @@ def main(stage: str, benchmark: str, doc: str | None = None) -> None:
     cfg, args = parse(doc or "", benchmark)
     run = Run(cfg, force=args.force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
     try:
-        if stage in STAGE_ROLES and not (stage == "episodes" and cfg.episodes.mode != "theme"):
-            run.client(STAGE_ROLES[stage])
+        check_endpoint(run, stage)
         STAGES[stage](run)
     except EndpointNotConfigured as exc:
         sys.exit(f"error: {exc}")
