@@ -18,6 +18,11 @@ LME_SHA256_longmemeval_m_cleaned := 9d79e5524794a2e6900a3aa9cb7d9152c5a3e8319c9a
 LME_CONFIG ?= configs/longmemeval.yaml
 SUBSET  ?=
 ONLY    ?=
+A ?=
+B ?=
+JUDGE ?=
+JUDGE_B ?=
+JSON ?=
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(CONVS),--conversations $(CONVS)) $(foreach s,$(SET),--set $(s))
@@ -25,7 +30,7 @@ LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 LOCOMO_STAGES = 01_preprocess 02_episodes 03_extract 04_index 05_plan 06_retrieve 07_answer 08_judge 09_aggregate
 
 .PHONY: help install data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test clean-run \
-        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper $(addprefix locomo-,$(LOCOMO_STAGES))
+        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare $(addprefix locomo-,$(LOCOMO_STAGES))
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -83,6 +88,10 @@ baselines:  ## the harness's own LoCoMo baselines: full context, RAG over turns,
 
 baselines-longmemeval:  ## the same baselines on LongMemEval
 	$(PY) -m common.runner baselines --benchmark longmemeval $(EXP_ARGS)
+
+compare:  ## paired comparison: A=<run dir> [B=<run dir>] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
+	@test -n "$(A)" || (echo "set A=results/<benchmark>/<run> and B=... (or JUDGE_B=<name> for two judges of A)"; exit 2)
+	$(PY) -m common.compare $(A) $(B) $(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
 
 test:  ## the offline test-suite (a local fake OpenAI server; no network, no key)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q

@@ -44,13 +44,13 @@ def run_judge(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow,
               **complete_kw: Any) -> JudgeRow:
     """One judge call with the failure discipline every benchmark shares.
 
-    A missing answer makes no request; a failed call or an unparsable reply gives label None
+    A missing or empty answer makes no request; a failed call or an unparsable reply gives label None
     with its cause in ``error`` (counted wrong in strict accuracy, never dropped).
     """
     settings = client.settings("judge")
     row = JudgeRow(qid=answer.qid, judge=name, judge_model=settings.model, prompt_id=prompt_id, label=None)
-    if answer.answer is None:
-        row.error = f"no_answer: {answer.error or 'answer stage failed'}"
+    if not answer.answer:  # None (the call failed) or empty: nothing to judge, a counted failure
+        row.error = f"no_answer: {answer.error or ('empty_answer' if answer.answer == '' else 'answer stage failed')}"
         return row
     try:
         c = client.complete("judge", messages(), **complete_kw)

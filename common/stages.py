@@ -8,6 +8,7 @@ questions, never the gold file: only ``judge`` and ``aggregate`` open it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common import answer as answer_mod
+from common import fingerprint, scoring
 from common import episodes as episodes_mod
 from common import extract as extract_mod
 from common import plan as plan_mod
@@ -186,6 +188,26 @@ def _summary(name: str, rows: list, resumed: int, new: int, failed: int, out: Pa
           f"{out} ({time.time() - started:.1f}s){calls}", flush=True)
 
 
+# ----------------------------------------------------------------------------- protocol
+def dataset_sha256(run: Run, *, reread: bool = False) -> str:
+    """The sha256 of the source file: read at 01, remembered in the run's fingerprint after."""
+    stored = json.loads((run.dir / fingerprint.FILE).read_text(encoding="utf-8")) \
+        if (run.dir / fingerprint.FILE).exists() else {}
+    if stored.get("run") and not reread:
+        return stored["run"]["components"]["dataset_sha256"]
+    return sha256_file(registry(run.cfg.benchmark).data_path(run.cfg))
+
+
+def check_protocol(run: Run, *, judge: str | None = None, reread: bool = False) -> str:
+    """Refuse to add rows to a run made under another protocol; return the fingerprint."""
+    comps = fingerprint.run_components(run.cfg, dataset_sha256(run, reread=reread))
+    fp = fingerprint.check_and_store(run.dir, comps, key="run", force=run.force)
+    if judge is None:
+        return fp
+    jc = fingerprint.judge_components(run.cfg, fp, scoring.POLICIES[run.cfg.benchmark])
+    return fingerprint.check_and_store(run.dir, jc, key=f"judge:{judge}", force=run.force)
+
+
 # ----------------------------------------------------------------------------- 01
 def preprocess(run: Run) -> None:
     started = time.time()
@@ -199,6 +221,7 @@ def preprocess(run: Run) -> None:
 
         subset = load_subset(run.cfg.data.subset)
         data = subset_mod.apply(data, subset.question_ids, str(subset.path))
+    run_fp = check_protocol(run, reread=True)
     run.dir.mkdir(parents=True, exist_ok=True)
     outs = [run.path("sessions"), run.path("questions"), run.path("gold")]
     write_jsonl(outs[0], (to_dict(s) for s in data.sessions))
@@ -207,7 +230,7 @@ def preprocess(run: Run) -> None:
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
     _manifest(run, "01_preprocess", inputs=[src], outputs=outs, rows=len(data.questions),
-                   started=started, extra={"source": str(src), "source_sha256": sha256_file(src),
+                   started=started, extra={"source": str(src), "fingerprint": run_fp,
                                            "subset": str(subset.path) if subset else None, "memories": len({s.memory_id for s in data.sessions}),
                                            "sessions": len(data.sessions), "turns": n_turns})
     print(f"01_preprocess: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
@@ -254,6 +277,7 @@ def _two_pass(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn
 
 
 def episodes(run: Run) -> None:
+    check_protocol(run)
     if _skipped(run, "02_episodes"):
         return
     sessions = load_sessions(run)
@@ -266,6 +290,7 @@ def episodes(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 03
 def extract(run: Run) -> None:
+    check_protocol(run)
     if _skipped(run, "03_extract"):
         return
     views = load_views(run)
@@ -284,6 +309,7 @@ def extract(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 04
 def index(run: Run) -> None:
+    check_protocol(run)
     if _skipped(run, "04_index"):
         return
     started = time.time()
@@ -323,6 +349,7 @@ def index(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 05
 def plan(run: Run) -> None:
+    check_protocol(run)
     if _skipped(run, "05_plan"):
         return
     import json
@@ -340,6 +367,7 @@ def plan(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 06
 def retrieve(run: Run) -> None:
+    check_protocol(run)
     if not uses_memory_index(run.cfg):
         return retrieve_baseline(run)
     started = time.time()
@@ -412,6 +440,7 @@ def retrieve_baseline(run: Run) -> None:
 
 # ----------------------------------------------------------------------------- 07
 def answer(run: Run) -> None:
+    check_protocol(run)
     questions = load_questions(run)
     # Baselines have no plan: the answer stage then uses the plan-free prompt.
     plans = _by_qid(read_jsonl(run.path("plans")), PlanRow) if uses_memory_index(run.cfg) else {}
@@ -428,6 +457,7 @@ def judge_path(run: Run, name: str | None = None) -> Path:
 
 
 def judge(run: Run) -> None:
+    check_protocol(run, judge=run.cfg.judge.name)
     adapter = registry(run.cfg.benchmark)
     gold = {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}
     answers = [from_dict(AnswerRow, r) for r in read_jsonl(run.path("answers"))]
@@ -446,6 +476,11 @@ def aggregate(run: Run) -> None:
     if not judges:
         raise FileNotFoundError(f"no 08_judge_*.jsonl in {run.dir}: run the judge stage first")
     metrics = adapter.aggregate(run, judges)
+    run_fp = check_protocol(run)
+    metrics["fingerprint"] = {"run": run_fp, "judges": {j: fingerprint.stored(run.dir, f"judge:{j}") for j in judges},
+                              "file": fingerprint.FILE}
+    first = next(iter(metrics["judges"].values()))
+    metrics["coverage"] = scoring.coverage(run.cfg.benchmark, first["overall"]["n"], dataclasses.asdict(run.cfg.data))
     write_json(run.dir / "metrics.json", metrics)
     outs = adapter.write_tables(run, metrics)
     _manifest(run, "09_aggregate", inputs=[judge_path(run, j) for j in judges] + [run.path("answers")],
@@ -453,6 +488,8 @@ def aggregate(run: Run) -> None:
     for path in outs:
         if path.suffix == ".md":
             print(path.read_text(encoding="utf-8"))
+    if metrics["coverage"].get("warning"):
+        print(f"WARNING: {metrics['coverage']['warning']}", flush=True)
     print(f"09_aggregate: metrics.json and {len(outs)} tables -> {run.dir}", flush=True)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.config import load_config
+from common.fingerprint import FingerprintMismatch
 from common.stages import STAGES, Run, StageFailed
 from tests import conftest
 from tests.conftest import STAGE_ORDER as ORDER
@@ -162,7 +163,8 @@ def test_changed_settings_are_refused_instead_of_mixed(tmp_path, fake_server, mo
     sets = run_overrides(tmp_path, TINY_LOCOMO)
     run_stages(sets, ORDER[:6])
     changed = sets + ["retrieve.mode=dense_only"]
-    with pytest.raises(StageFailed, match=r"retrieve\.mode: 'adaptive' -> 'dense_only'"):
+    # The protocol fingerprint refuses first and names the changed component.
+    with pytest.raises(FingerprintMismatch, match=r"changed: method\.retrieve\.mode"):
         run_stages(changed, ["retrieve"])
     # A larger question selection is not a settings change: the run extends.
     run_stages(sets + ["data.question_limit=2"], ["preprocess", "plan", "retrieve"])

@@ -57,7 +57,7 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
     from common.benchmarks.longmemeval import QUESTION_TYPES
     from common.io import read_jsonl
     from common.judge_lme import strict_label
-    from common.metrics import accuracy, grouped_accuracy
+    from common.scoring import failure_cause, judge_block, summarize
     from common.report import describe
 
     gold = [Gold(**g) for g in read_jsonl(run.path("gold"))]
@@ -69,20 +69,21 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
     for j in judges:
         rows = {r["qid"]: r for r in read_jsonl(run.dir / f"08_judge_{j}.jsonl")}
         joined = [{"type": g.question_type, "abs": g.abstention, "label": rows.get(g.qid, {}).get("label"),
+                   "cause": failure_cause(rows.get(g.qid)),
                    "strict": strict_label(rows[g.qid]["raw"]) if rows.get(g.qid, {}).get("raw") else None}
                   for g in gold]
-        by_type = grouped_accuracy(joined, "type")
+        block = judge_block(joined, "type")
+        by_type = block["by_group"]
         per_type = [by_type[t]["accuracy"] for t in QUESTION_TYPES if t in by_type and by_type[t]["accuracy"] is not None]
         any_row = next(iter(rows.values()), {})
         out["judges"][j] = {
-            "judge_model": any_row.get("judge_model"), "overall": accuracy(r["label"] for r in joined),
-            "overall_strict_parse": accuracy(r["strict"] for r in joined),
+            "judge_model": any_row.get("judge_model"), "prompt_id": "official", "overall": block["overall"],
+            "overall_strict_parse": summarize(r["strict"] for r in joined),
             "task_averaged": sum(per_type) / len(per_type) if len(per_type) == len(QUESTION_TYPES) else None,
             "task_averaged_over": len(per_type),
-            "abstention": accuracy(r["label"] for r in joined if r["abs"]),
+            "abstention": summarize(r["label"] for r in joined if r["abs"]),
             "by_type": by_type,
-            "failures": {"missing_judgment": sum(g.qid not in rows for g in gold),
-                         "failed": sum(1 for r in rows.values() if r["label"] is None)},
+            "failures": block["failures"], "failures_total": block["failures_total"],
         }
     per_q = retrieval_rows(run)
     scored = [m for m in per_q.values() if "skipped" not in m]
@@ -103,6 +104,7 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
     """Table 2 format, one Markdown+CSV pair per judge (never averaged across judges)."""
     from common.benchmarks.longmemeval import QUESTION_TYPES, SHORT_NAMES
     from common.report import pct, write_table
+    from common.scoring import score_note
 
     paths: list[Path] = []
     for j, m in metrics["judges"].items():
@@ -114,6 +116,6 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
         row["Abstention"] = pct(m["abstention"])
         row["Overall (strict yes/no)"] = pct(m["overall_strict_parse"])
         title = (f"LongMemEval accuracy (official checker, judge {m['judge_model']}; label = 'yes' in reply, "
-                 f"strict parse beside; failed judgments count as wrong)")
+                 f"strict parse beside; failed judgments count as wrong)\n\n{score_note(metrics, j)}")
         paths += write_table([row], run.dir / f"table_{j}.md", title)
     return paths
