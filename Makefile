@@ -18,6 +18,7 @@ LME_SHA256_longmemeval_m_cleaned := 9d79e5524794a2e6900a3aa9cb7d9152c5a3e8319c9a
 LME_CONFIG ?= configs/longmemeval.yaml
 SUBSET  ?=
 ONLY    ?=
+DRY_RUN ?=
 A ?=
 B ?=
 JUDGE ?=
@@ -56,11 +57,13 @@ data/longmemeval_%.json:
 	echo "$(LME_SHA256_longmemeval_$*)  $@.part" | sha256sum -c -
 	mv $@.part $@
 
-longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT, CONVS=question ids, SET)
-	@set -e; for s in $(LOCOMO_STAGES); do $(PY) -m LongMemEval.$$s $(LME_ARGS); done
+longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT, CONVS=question ids, SET, DRY_RUN=1)
+	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
+	else for s in $(LOCOMO_STAGES); do $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
 
-locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT, CONVS, SET="k=v ...")
-	@set -e; for s in $(LOCOMO_STAGES); do $(PY) -m LoCoMo.$$s $(ARGS); done
+locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT, CONVS, SET="k=v ...", DRY_RUN=1 estimates cost)
+	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LoCoMo.01_preprocess $(ARGS) --dry-run; \
+	else for s in $(LOCOMO_STAGES); do $(PY) -m LoCoMo.$$s $(ARGS); done; fi
 
 locomo-%:  ## one LoCoMo stage, e.g. make locomo-06_retrieve
 	$(PY) -m LoCoMo.$* $(ARGS)

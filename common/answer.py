@@ -43,7 +43,7 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     except LLMCallError as exc:
         row.error = f"{exc.cause}: {exc}"
         return row
-    row.cache_key, row.usage, row.latency = c.cache_key, c.usage, round(c.latency, 4)
+    row.cache_key, row.usage, row.latency, row.cached = c.cache_key, c.usage, round(c.latency, 4), c.cached
     row.answer = c.text.strip()
     if not row.answer:
         row.error = "empty_answer"

@@ -18,6 +18,8 @@ def parse(doc: str, benchmark: str) -> tuple[Config, argparse.Namespace]:
     p.add_argument("--conversations", default=None, help="comma-separated memory ids (data.conversations)")
     p.add_argument("--run", default=None, help="run name (run.name): results/<benchmark>/<run>/")
     p.add_argument("--force", action="store_true", help="recompute this stage instead of resuming")
+    p.add_argument("--dry-run", action="store_true",
+                   help="estimate the whole run's calls, tokens and dollars, make no call, write nothing")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
     # Model-loading progress bars and warnings would drown the one summary line per stage.
@@ -42,4 +44,12 @@ def parse(doc: str, benchmark: str) -> tuple[Config, argparse.Namespace]:
         raise SystemExit(f"config error: {exc}")
     if cfg.benchmark != benchmark:
         raise SystemExit(f"config error: benchmark: the config is for {cfg.benchmark!r}, this script is {benchmark!r}")
+    if args.dry_run:
+        from common import dryrun
+
+        try:
+            print(dryrun.render(dryrun.estimate(cfg)))
+        except (ConfigError, ValueError, FileNotFoundError) as exc:
+            raise SystemExit(f"error: {' '.join(str(exc).split())}")
+        raise SystemExit(0)
     return cfg, args

@@ -58,6 +58,7 @@ def run_judge(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow,
         row.error = f"{exc.cause}: {exc}"
         return row
     row.raw, row.cache_key = c.text, c.cache_key
+    row.usage, row.latency, row.cached = c.usage, round(c.latency, 4), c.cached
     try:
         row.label, row.parse_ok = parse(c.text), True
     except ValueError as exc:

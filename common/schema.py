@@ -268,6 +268,7 @@ class AnswerRow:
     usage: dict[str, int] = field(default_factory=dict)
     latency: float = 0.0
     error: str = ""
+    cached: bool = False  # served from the LLM cache (not paid in this run)
 
 
 # --------------------------------------------------------------------------- 08 judge
@@ -282,3 +283,6 @@ class JudgeRow:
     parse_ok: bool = False
     cache_key: str = ""
     error: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
+    latency: float = 0.0
+    cached: bool = False

@@ -481,8 +481,12 @@ def aggregate(run: Run) -> None:
                               "file": fingerprint.FILE}
     first = next(iter(metrics["judges"].values()))
     metrics["coverage"] = scoring.coverage(run.cfg.benchmark, first["overall"]["n"], dataclasses.asdict(run.cfg.data))
+    from common import ledger
+
+    led, ledger_files = ledger.write(run.dir)
+    metrics["ledger"] = {"total": led["total"], "efficiency": led["efficiency"], "file": "ledger.json"}
     write_json(run.dir / "metrics.json", metrics)
-    outs = adapter.write_tables(run, metrics)
+    outs = adapter.write_tables(run, metrics) + ledger_files
     _manifest(run, "09_aggregate", inputs=[judge_path(run, j) for j in judges] + [run.path("answers")],
                    outputs=[run.dir / "metrics.json", *outs], rows=len(judges), started=started)
     for path in outs:

@@ -1,0 +1,72 @@
+"""Cost/latency ledger and Table 3 efficiency, recomputed by hand from the per-row call records."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common import ledger
+from tests.conftest import TINY_LOCOMO, rows, run_overrides, run_stages
+
+PRICES = {"date": "d", "source": "s", "models": {"m-paid": {"input": 1.0, "output": 2.0}}}
+
+
+def _w(path, rs):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rs))
+
+
+def test_stage_entry_counts_paid_cached_failed_tokens_latency_and_cost():
+    call = lambda p, c, lat, cached, model="m-paid": {"model": model, "usage": {"prompt_tokens": p, "completion_tokens": c},  # noqa: E731
+                                                      "latency": lat, "cached": cached}
+    rs = [{"qid": "a", "llm_calls": [call(100, 10, 1.0, False), call(50, 5, 0.0, True)]},
+          {"qid": "b", "llm_calls": [call(200, 20, 3.0, False)], "fallback_used": True},
+          {"qid": "c", "llm_calls": [call(10, 1, 2.0, False, "unlisted")]}]
+    e = ledger.stage_entry("05_plan", "plan", rs, PRICES)
+    assert (e["calls"], e["paid"], e["cached"]) == (4, 3, 1)
+    assert (e["prompt_tokens"], e["completion_tokens"]) == (360, 36)
+    assert (e["paid_prompt_tokens"], e["paid_completion_tokens"]) == (310, 31)
+    assert e["latency_mean"] == pytest.approx(2.0) and e["latency_p50"] == pytest.approx(2.0)
+    assert e["cost_paid_usd"] == pytest.approx((300 * 1 + 30 * 2) / 1e6)
+    assert e["cost_uncached_usd"] == pytest.approx((350 * 1 + 35 * 2) / 1e6)
+    assert e["unpriced_models"] == ["unlisted"]
+    assert sum(e["failed_rows"].values()) == 1
+
+
+def test_single_call_rows_and_judge_failures():
+    rs = [{"qid": "a", "judge_model": "m-paid", "cache_key": "k", "usage": {"prompt_tokens": 7, "completion_tokens": 1},
+           "latency": 0.5, "cached": False, "label": 1},
+          {"qid": "b", "judge_model": "m-paid", "cache_key": "", "label": None, "error": "timeout: read timed out"}]
+    e = ledger.stage_entry("08_judge_x", "judge", rs, PRICES)
+    assert (e["calls"], e["paid"]) == (1, 1) and e["failed_rows"] == {"timeout": 1}
+
+
+def test_run_ledger_and_efficiency_match_the_artifacts(tmp_path, fake_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    run = run_stages("configs/locomo.yaml", run_overrides(tmp_path, TINY_LOCOMO))
+    led = json.loads((run.dir / "ledger.json").read_text())
+    by = {e["stage"]: e for e in led["stages"]}
+    # Every request the server answered is one paid call in the ledger (a fresh cache).
+    counts = fake_server.counts_by_kind()
+    assert by["02_episodes"]["paid"] == counts["partition"]
+    assert by["03_extract"]["paid"] == counts["extract"]
+    assert by["05_plan"]["paid"] == counts["plan"]
+    assert by["07_answer"]["paid"] == counts["answer"]
+    assert by["08_judge_gpt-4o-mini"]["paid"] == counts["judge_locomo"]
+    assert led["total"]["paid"] == sum(v for k, v in counts.items() if k != "embeddings")
+    # Efficiency per question is the sum of the recorded latencies.
+    plans = {r["qid"]: r for r in rows(run.dir / "05_plans.jsonl")}
+    answers = {r["qid"]: r for r in rows(run.dir / "07_answers.jsonl")}
+    rets = {r["qid"]: r for r in rows(run.dir / "06_retrievals.jsonl")}
+    for q in led["efficiency"]["per_question"]:
+        plan_s = sum(c["latency"] for c in plans[q["qid"]]["llm_calls"])
+        assert q["plan_s"] == pytest.approx(plan_s, abs=1e-3)
+        assert q["generation_s"] == pytest.approx(answers[q["qid"]]["latency"], abs=1e-3)
+        assert q["context_tokens"] == rets[q["qid"]]["buffer_tokens"]
+    metrics = json.loads((run.dir / "metrics.json").read_text())
+    assert metrics["ledger"]["total"]["paid"] == led["total"]["paid"]
+    assert "LLM ledger" in (run.dir / "ledger.md").read_text()
+    # A second run of the same config on a new run name pays nothing: every call is cached.
+    again = run_stages("configs/locomo.yaml", run_overrides(tmp_path, TINY_LOCOMO, **{"run.name": "t2"}))
+    led2 = json.loads((again.dir / "ledger.json").read_text())
+    assert led2["total"]["paid"] == 0 and led2["total"]["cached"] == led["total"]["calls"]
+    assert led2["total"]["cost_paid_usd"] == 0
