@@ -89,6 +89,7 @@ class TurnRetriever:
         started = time.perf_counter()
         chosen: dict[str, list[Turn]] = defaultdict(list)
         scores: list[float] = []
+        ranked: list[str] = []
         if self.turns and k > 0:
             qv = self.embedder.encode([q.question])[0]
             sims = self.matrix @ qv
@@ -97,7 +98,9 @@ class TurnRetriever:
             for i in top:
                 chosen[self.session_of[self.turns[i].dia_id]].append(self.turns[i])
                 scores.append(round(float(sims[i]), 4))
-        return _row(q, "rag_turns", self.view, chosen, include_images, started, {"k": k, "scores": scores})
+                ranked.append(self.turns[i].dia_id)
+        return _row(q, "rag_turns", self.view, chosen, include_images, started,
+                    {"k": k, "ranked_dia_ids": ranked, "scores": scores})
 
 
 def no_memory(q: Question, view: MemoryView) -> RetrievalRow:

@@ -128,3 +128,15 @@ def test_unknown_method_is_a_config_error():
 
     with pytest.raises(ConfigError, match="method.name"):
         load_config(["configs/locomo.yaml"], ["method.name=magic"])
+
+
+def test_longmemeval_baseline_scores_retrieval_on_its_own_turns(tmp_path, fake_server, monkeypatch):
+    from tests.conftest import REPO
+
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    sets = run_overrides(tmp_path, REPO / "tests" / "fixtures" / "lme_tiny.json", **{"method.name": "oracle"})
+    run = run_stages("configs/longmemeval.yaml", sets)
+    metrics = json.loads((run.dir / "metrics.json").read_text())
+    # The oracle's turns are the gold turns: whenever the official metric is defined, turn recall is 1.
+    assert metrics["retrieval"]["n"] > 0
+    assert metrics["retrieval"]["turn"]["recall_all@50"] == 1.0

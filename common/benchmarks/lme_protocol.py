@@ -32,7 +32,9 @@ def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
     sessions: dict[str, list[Session]] = defaultdict(list)
     for s in read_jsonl(run.path("sessions")):
         sessions[s["memory_id"]].append(from_dict(Session, s))
-    episodes = {e["episode_id"]: e for r in read_jsonl(run.path("episodes")) for e in r["episodes"]}
+    # Baselines build no episodes: their ranking is the buffer's turns (see below).
+    episodes = {e["episode_id"]: e for r in read_jsonl(run.path("episodes")) for e in r["episodes"]} \
+        if run.path("episodes").exists() else {}
     rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
     out: dict[str, dict[str, Any]] = {}
     for g in read_jsonl(run.path("gold")):
@@ -43,7 +45,13 @@ def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
             out[gold.qid] = {"skipped": reason or "no retrieval row"}
             continue
         # The method's ranking: selected episodes in rank order, mapped to sessions and user turns.
-        ranked = [episodes[sel["episode_id"]] for sel in rets[gold.qid]["selected"]]
+        ret = rets[gold.qid]
+        ranked = [episodes[sel["episode_id"]] for sel in ret["selected"]]
+        if not ret["selected"] and ret["dia_ids"]:
+            # A baseline: its units are single turns, in its own rank order when it has one.
+            order = ret.get("method_info", {}).get("ranked_dia_ids") or ret["dia_ids"]
+            session_of = {t.dia_id: x.session_id for x in sessions[gold.memory_id] for t in x.turns}
+            ranked = [{"session_id": session_of[d], "dia_ids": [d]} for d in order if d in session_of]
         source = {x.session_id: x.source_id or x.session_id for x in sessions[gold.memory_id]}
         ranked_sessions = list(dict.fromkeys(official_session_id(source[e["session_id"]]) for e in ranked))
         ranked_turns = [rg.turn_id_of[d] for e in ranked for d in e["dia_ids"] if d in rg.turn_id_of]
