@@ -19,6 +19,8 @@ LME_CONFIG ?= configs/longmemeval.yaml
 SUBSET  ?=
 ONLY    ?=
 DRY_RUN ?=
+RESULTS ?=
+FIGURES ?=
 A ?=
 B ?=
 JUDGE ?=
@@ -91,6 +93,14 @@ baselines:  ## the harness's own LoCoMo baselines: full context, RAG over turns,
 
 baselines-longmemeval:  ## the same baselines on LongMemEval
 	$(PY) -m common.runner baselines --benchmark longmemeval $(EXP_ARGS)
+
+tables:  ## paper Tables 1,2,3,4,10 -> results/tables/ (md, csv, tex, sources.json); no LLM call
+	$(PY) -m common.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
+
+figures:  ## paper Figures 2 and 3 -> figures/ (png, pdf, sources.json); no LLM call
+	$(PY) -m common.figures $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS)) $(if $(FIGURES),--out $(FIGURES))
+
+paper: ablations baselines tables figures  ## ablations + baselines, then every table and figure (needs the main runs)
 
 compare:  ## paired comparison: A=<run dir> [B=<run dir>] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
 	@test -n "$(A)" || (echo "set A=results/<benchmark>/<run> and B=... (or JUDGE_B=<name> for two judges of A)"; exit 2)

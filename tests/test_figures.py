@@ -1,0 +1,74 @@
+"""Figures 2 and 3 (common.figures) from hand-built ablation runs (see tests/test_tables.py)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from common import figures
+from common.experiments import load as load_experiments
+from tests.test_tables import PRIMARY, REPO, ablation_runs, recount
+
+
+def _all_panel_variants() -> list[str]:
+    exp = load_experiments()
+    names = [v for p in ("episode_granularity", "property_granularity", "budget") for v in exp.panels[p]]
+    return list(dict.fromkeys(names + ["base"]))
+
+
+def _run(tmp_path: Path, *extra: str) -> tuple[int, Path]:
+    out = tmp_path / "figures"
+    return figures.main(["--results", str(tmp_path / "results"), "--out", str(out), *extra]), out
+
+
+def test_figures_written_and_every_point_traced(tmp_path):
+    runs = ablation_runs(tmp_path / "results", _all_panel_variants())
+    code, out = _run(tmp_path)
+    assert code == 0
+    for name in ("figure2", "figure3"):
+        png, pdf = (out / f"{name}.png").read_bytes(), (out / f"{name}.pdf").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 10_000
+        assert pdf.startswith(b"%PDF") and len(pdf) > 5_000
+    panels = yaml.safe_load((REPO / "configs/published.yaml").read_text())["ablations"]["panels"]
+    exp = load_experiments()
+    seen = set()
+    for name, expected in (("figure2", ["episode_granularity", "property_granularity"]), ("figure3", ["budget"])):
+        side = json.loads((out / f"{name}.sources.json").read_text())
+        assert [p["panel"] for p in side["panels"]] == expected
+        for panel in side["panels"]:
+            variants = exp.panels[panel["panel"]] + (["base"] if panel["panel"] == "budget" else [])
+            assert [pt["variant"] for pt in panel["points"]] == variants
+            for pt in panel["points"]:
+                k, n = recount(runs[pt["variant"]], PRIMARY)
+                assert (pt["k"], pt["n"]) == (k, n) and abs(pt["accuracy"] - k / n) < 1e-12
+                printed = panels[panel["panel"]]["values"][pt["variant"]]
+                assert pt["paper"] == (None if printed == "not reported" else float(printed))
+                seen.add(pt["variant"])
+    assert seen == set(_all_panel_variants())
+    # Figure 3 marks only the fixed-k points that the paper prints (k=1 and k=8).
+    budget = json.loads((out / "figure3.sources.json").read_text())["panels"][0]["points"]
+    assert [p["variant"] for p in budget if p["paper"] is not None] == ["fixed_k1", "fixed_k8", "base"]
+
+
+def test_missing_ablation_runs_are_listed_with_the_command(tmp_path, capsys):
+    runs = ablation_runs(tmp_path / "results", _all_panel_variants())
+    shutil.rmtree(runs["episodes_turn"])
+    shutil.rmtree(runs["property_fine"])
+    code, out = _run(tmp_path, "--only", "2")
+    err = capsys.readouterr().err
+    assert code == 1
+    assert str(runs["episodes_turn"]) in err and str(runs["property_fine"]) in err and "make ablations" in err
+    assert not (out / "figure2.png").exists()
+    # Figure 3 needs neither run and is still drawn.
+    code, out = _run(tmp_path, "--only", "3")
+    assert code == 0 and (out / "figure3.pdf").stat().st_size > 0
+
+
+def test_rerun_gives_identical_pdf(tmp_path):
+    ablation_runs(tmp_path / "results", _all_panel_variants())
+    _, out = _run(tmp_path, "--only", "3")
+    first = (out / "figure3.pdf").read_bytes()
+    _, out = _run(tmp_path, "--only", "3")
+    assert (out / "figure3.pdf").read_bytes() == first
