@@ -27,7 +27,7 @@ def parse(doc: str, benchmark: str) -> tuple[Config, argparse.Namespace]:
                        ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
         os.environ.setdefault(var, value)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+                        format="%(levelname)s %(name)s: %(message)s", force=True)
     # Keep third-party HTTP chatter out of stage output; our own summary line says what happened.
     for noisy in ("httpx", "openai", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -69,13 +69,17 @@ class StageWriter:
     """Resumable per-row writer keyed by a stable id.
 
     Rows already present (complete lines) are kept and their keys reported as done; a line cut
-    by a crash is discarded. ``close`` rewrites the file ordered as ``order`` (input order) so a
-    resumed run produces the same bytes as an uninterrupted one.
+    by a crash is discarded. Rows for which ``redo(row)`` is true (failed rows) are dropped too,
+    so a rerun does them again: their calls that succeeded come back from the LLM cache and only
+    the failed ones are paid for. ``close`` rewrites the file ordered as ``order`` (input order)
+    so a resumed run produces the same bytes as an uninterrupted one.
     """
 
-    def __init__(self, path: Path, key: str, *, force: bool = False):
+    def __init__(self, path: Path, key: str, *, force: bool = False,
+                 redo: Optional[Callable[[dict[str, Any]], bool]] = None):
         self.path, self.key = path, key
         self.rows: dict[str, dict[str, Any]] = {}
+        self.redone = 0  # failed rows dropped on load, to be done again
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() and not force:
             with path.open(encoding="utf-8") as fh:
@@ -85,6 +89,11 @@ class StageWriter:
                     except json.JSONDecodeError:
                         continue  # a partial last line from an interrupted run
                     self.rows[row[key]] = row
+            if redo is not None:
+                failed = [k for k, row in self.rows.items() if redo(row)]
+                for k in failed:
+                    del self.rows[k]
+                self.redone = len(failed)
         # Re-write what survived so that appends start on a clean line boundary.
         write_jsonl(path, self.rows.values())
         self._fh = path.open("a", encoding="utf-8")

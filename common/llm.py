@@ -8,8 +8,10 @@ concurrency, token accounting and secret handling are written once:
   is set. The key is read from the environment only and never stored anywhere.
 * A persistent SQLite cache keyed by a hash of everything that changes the output (endpoint,
   model, messages, decoding parameters, response format), so reruns never pay twice.
-* Retries with capped exponential backoff on 408/409/429/5xx, timeouts and connection errors;
-  any other 4xx fails fast.
+* Retries with capped exponential backoff on 408/409/429/5xx, timeouts, connection errors and
+  200 replies without a usable completion (``BadResponse``); any other 4xx fails fast. A call
+  that still fails raises ``LLMCallError`` whose ``cause`` names the class: ``http_<status>``,
+  ``timeout``, ``connection``, ``bad_response`` or ``cache_miss``.
 * Every call returns a ``Completion`` carrying the cache key, token usage and latency.
 """
 from __future__ import annotations
@@ -45,6 +47,11 @@ R = TypeVar("R")
 
 class EndpointNotConfigured(RuntimeError):
     """No endpoint for a role: raised before any work starts."""
+
+
+class BadResponse(Exception):
+    """An HTTP 200 that carries no usable completion: a body that is not JSON (cut off by a
+    proxy, an HTML error page) or a completion without choices. Retried like a 5xx, never cached."""
 
 
 class LLMCallError(RuntimeError):
@@ -128,8 +135,12 @@ class ResponseCache:
             with self._conn() as con:
                 con.execute(
                     "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT,"
-                    " response TEXT, usage TEXT, created REAL)"
+                    " response TEXT, usage TEXT, created REAL, latency REAL)"
                 )
+                # Caches made before latency was kept gain the column (NULL = unknown, read as 0).
+                cols = {r[1] for r in con.execute("PRAGMA table_info(responses)")}
+                if "latency" not in cols:
+                    con.execute("ALTER TABLE responses ADD COLUMN latency REAL")
 
     def _conn(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
@@ -139,20 +150,21 @@ class ResponseCache:
             self._local.con = con
         return con
 
-    def get(self, key: str) -> Optional[tuple[str, dict[str, int]]]:
+    def get(self, key: str) -> Optional[tuple[str, dict[str, int], float]]:
+        """(reply, usage, latency of the original call) or None."""
         if self.mode in ("off", "refresh"):
             return None
         row = self._conn().execute(
-            "SELECT response, usage FROM responses WHERE key=?", (key,)
+            "SELECT response, usage, latency FROM responses WHERE key=?", (key,)
         ).fetchone()
-        return (row[0], json.loads(row[1])) if row else None
+        return (row[0], json.loads(row[1]), float(row[2] or 0.0)) if row else None
 
-    def put(self, key: str, request: dict[str, Any], response: str, usage: dict[str, int]):
+    def put(self, key: str, request: dict[str, Any], response: str, usage: dict[str, int], latency: float = 0.0):
         if self.mode in ("off", "ro"):
             return
         self._conn().execute(
-            "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?)",
-            (key, json.dumps(request, ensure_ascii=False), response, json.dumps(usage), time.time()),
+            "INSERT OR REPLACE INTO responses (key, request, response, usage, created, latency) VALUES (?,?,?,?,?,?)",
+            (key, json.dumps(request, ensure_ascii=False), response, json.dumps(usage), time.time(), latency),
         )
 
 
@@ -193,7 +205,7 @@ _RETRY_STATUS = {408, 409, 429}
 
 
 def _is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, BadResponse)):
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
@@ -207,7 +219,30 @@ def _failure_cause(exc: BaseException) -> str:
         return "connection"
     if isinstance(exc, openai.APIStatusError):
         return f"http_{exc.status_code}"
+    if isinstance(exc, BadResponse):
+        return "bad_response"
     return type(exc).__name__
+
+
+def _checked(call: Callable[[], R]) -> R:
+    """Run one SDK request, turning an unparsable 200 body into a retryable ``BadResponse``.
+
+    The SDK lets ``json.JSONDecodeError`` escape for a cut-off JSON body, which would otherwise
+    skip the retries and crash the stage instead of becoming a recorded failure.
+    """
+    try:
+        return call()
+    except json.JSONDecodeError as exc:
+        raise BadResponse(f"response body is not valid JSON ({exc.msg})") from exc
+
+
+def _reply_text(resp: Any) -> str:
+    """The message text of a chat completion, or ``BadResponse`` when there is no completion."""
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
+        shown = type(resp).__name__ if not isinstance(resp, str) else repr(resp[:60])
+        raise BadResponse(f"response is not a chat completion with a message: {shown}")
+    return choices[0].message.content or ""
 
 
 @dataclass(frozen=True)
@@ -302,7 +337,9 @@ class LLMClient:
         if hit is not None:
             with self._lock:
                 stat.cached += 1
-            return Completion(hit[0], key, True, settings.model, hit[1], 0.0)
+            # A cache hit reports the ORIGINAL call's latency (flagged cached): online-efficiency
+            # tables stay meaningful when a run is rebuilt from the cache.
+            return Completion(hit[0], key, True, settings.model, hit[1], hit[2])
         if self.cache.mode == "ro":
             with self._lock:
                 stat.failed += 1
@@ -314,7 +351,8 @@ class LLMClient:
         def _count_retry(state: RetryCallState) -> None:
             with self._lock:
                 stat.retries += 1
-            log.debug("retrying %s after %s", role, state.outcome.exception() if state.outcome else "")
+            log.debug("retrying %s after %s", role,
+                      _scrub(str(state.outcome.exception()), api_key) if state.outcome else "")
 
         try:
             for attempt in Retrying(
@@ -327,15 +365,16 @@ class LLMClient:
                 reraise=True,
             ):
                 with attempt:
-                    resp = client.chat.completions.create(**body, extra_body=extra or None)
-        except openai.OpenAIError as exc:
+                    resp = _checked(lambda: client.chat.completions.create(**body, extra_body=extra or None))
+                    text = _reply_text(resp)
+        except (openai.OpenAIError, BadResponse) as exc:
             cause = _failure_cause(exc)
             with self._lock:
                 stat.failed += 1
                 stat.failures[cause] = stat.failures.get(cause, 0) + 1
-            raise LLMCallError(f"{role} call failed ({cause}): {_one_line(exc)}", cause) from exc
+            # The message ends up in artifact rows and logs; a server may echo the key it was sent.
+            raise LLMCallError(_scrub(f"{role} call failed ({cause}): {_one_line(exc)}", api_key), cause) from None
         latency = time.perf_counter() - t0
-        text = (resp.choices[0].message.content or "") if resp.choices else ""
         usage = {
             "prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
             "completion_tokens": getattr(resp.usage, "completion_tokens", 0) or 0,
@@ -344,7 +383,7 @@ class LLMClient:
             stat.prompt_tokens += usage["prompt_tokens"]
             stat.completion_tokens += usage["completion_tokens"]
             stat.latencies.append(latency)
-        self.cache.put(key, {"base_url": base_url, **body}, text, usage)
+        self.cache.put(key, {"base_url": base_url, **body}, text, usage, latency)
         return Completion(text, key, False, settings.model, usage, latency)
 
     # ---- concurrency
@@ -378,24 +417,36 @@ class LLMClient:
 
 
 def embed_texts(
-    texts: list[str], *, model: str, base_url: Optional[str], timeout: float = 120.0
+    texts: list[str], *, model: str, base_url: Optional[str], timeout: float = 120.0,
+    retry: RetryPolicy = RetryPolicy(),
 ) -> list[list[float]]:
-    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (retried like chat)."""
+    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (retried like chat).
+
+    A batch that still fails raises ``LLMCallError`` (one line, key masked), like a chat call.
+    """
     settings = RoleSettings(role="embedding", model=model, base_url=base_url, timeout=timeout)
     url, key = resolve_endpoint(settings)
     client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=0)
     out: list[list[float]] = []
     for start in range(0, len(texts), 256):
         batch = texts[start : start + 256]
-        for attempt in Retrying(
-            retry=retry_if_exception(_is_retryable),
-            stop=stop_after_attempt(6),
-            wait=wait_exponential_jitter(multiplier=1.0, max=30.0),
-            reraise=True,
-        ):
-            with attempt:
-                resp = client.embeddings.create(model=model, input=batch)
-        out.extend(d.embedding for d in sorted(resp.data, key=lambda d: d.index))
+        try:
+            for attempt in Retrying(
+                retry=retry_if_exception(_is_retryable),
+                stop=stop_after_attempt(retry.max_attempts),
+                wait=wait_exponential_jitter(multiplier=retry.initial_wait, max=retry.max_wait,
+                                             jitter=retry.initial_wait),
+                reraise=True,
+            ):
+                with attempt:
+                    resp = _checked(lambda: client.embeddings.create(model=model, input=batch))
+                    data = getattr(resp, "data", None)
+                    if not isinstance(data, list):
+                        raise BadResponse(f"response is not an embedding list: {type(resp).__name__}")
+        except (openai.OpenAIError, BadResponse) as exc:
+            cause = _failure_cause(exc)
+            raise LLMCallError(_scrub(f"embedding call failed ({cause}): {_one_line(exc)}", key), cause) from None
+        out.extend(d.embedding for d in sorted(data, key=lambda d: d.index))
     return out
 
 
@@ -431,6 +482,11 @@ def parse_json_object(text: str) -> dict[str, Any]:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
+
+
+def _scrub(text: str, secret: str) -> str:
+    """``text`` with every occurrence of the API key masked (error bodies may quote it)."""
+    return text.replace(secret, "***") if secret and secret != "EMPTY" else text
 
 
 def _replace(settings: RoleSettings, **changes: Any) -> RoleSettings:

@@ -157,12 +157,17 @@ def _manifest(run: Run, stage: str, *, extra: dict | None = None, **kw: Any) -> 
 
 
 def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
-               work: Callable[[Any], Any], role: str, inputs: list[Path], failed: Callable[[Any], bool]) -> list[dict]:
-    """Shared loop of the LLM stages: resume, map concurrently, write as completed, manifest."""
+               work: Callable[[Any], Any], role: str, inputs: list[Path], failed: Callable[[Any], bool],
+               redo_failed: bool = True) -> list[dict]:
+    """Shared loop of the LLM stages: resume, map concurrently, write as completed, manifest.
+
+    Rows that failed in an earlier invocation are done again (their successful calls come from
+    the cache, so only the failed calls are paid for); ``redo_failed=False`` keeps them.
+    """
     started = time.time()
     client = run.client((role,))
     guard_settings(run, name, out)
-    writer = StageWriter(out, key, force=run.force)
+    writer = StageWriter(out, key, force=run.force, redo=failed if redo_failed else None)
     todo = writer.pending(items, key_fn)
     try:
         for _, row in client.map(work, todo, desc=name, progress=run.progress):
@@ -172,7 +177,8 @@ def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_f
     n_failed = sum(1 for r in rows if failed(r))
     llm = client.summary().get(role, {})
     _manifest(run, name, inputs=inputs, outputs=[out], rows=len(rows), started=started,
-                   extra={"resumed_rows": writer.resumed, "new_rows": len(todo), "failed_rows": n_failed,
+                   extra={"resumed_rows": writer.resumed, "redone_rows": writer.redone, "new_rows": len(todo),
+                          "failed_rows": n_failed,
                           "llm": llm})
     _summary(name, rows, writer.resumed, len(todo), n_failed, out, started, llm)
     if rows and n_failed / len(rows) > run.cfg.run.max_error_rate:
@@ -264,8 +270,9 @@ def _two_pass(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn
     reps = [i for i in items if rep_of[key_fn(i)] is i]
     _llm_stage(run, name, out, key, reps, key_fn, work, role, inputs, failed)
     if len(reps) < len(items):
+        # The first pass already retried failed representatives; do not pay for them twice.
         _llm_stage(run, name, out, key, items, key_fn, lambda i: rebase(work(rep_of[key_fn(i)]), i),
-                   role, inputs, failed)
+                   role, inputs, failed, redo_failed=False)
     manifest = run.dir / f"{name}.manifest.json"
     import json
 

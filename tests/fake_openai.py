@@ -8,7 +8,8 @@ The server speaks just enough of the OpenAI HTTP protocol for the official ``ope
 
 The prompt kind is recognised from marker strings in the messages (see ``detect_kind``); each kind
 gets a scripted reply derived only from the prompt text, so runs are reproducible. A ``FaultPlan``
-injects HTTP errors, slow answers and broken content so retry/repair paths can be tested.
+injects HTTP errors, slow answers, broken content and broken response bodies so retry/repair paths
+can be tested. Every request body, its headers and what was sent back are recorded for inspection.
 
 Usage::
 
@@ -28,6 +29,7 @@ import random
 import re
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import Counter
@@ -50,6 +52,7 @@ KIND_MARKERS: list[tuple[str, str]] = [
     ("information-extraction stage", "extract"),
     ("query-decomposition stage", "plan"),
     ("Answer only from the supplied", "answer"),
+    ("without any conversation history", "answer"),  # closed-book baseline (no_memory)
     ("CORRECT or WRONG", "judge_locomo"),
     # The official LongMemEval checker templates all end by asking for yes or no.
     ("Answer yes or no only", "judge_lme"),
@@ -59,9 +62,14 @@ UNKNOWN_KIND = "unknown"
 EMBEDDINGS_KIND = "embeddings"
 
 # --------------------------------------------------------------------------- faults
-HTTP_FAULTS = frozenset({"429", "500", "503", "400"})
+# "401" echoes the key the client presented in its message, as a careless server or proxy may.
+HTTP_FAULTS = frozenset({"429", "500", "503", "400", "401"})
+# A 200 whose message content is broken JSON / cut off / empty (the model's fault, not the server's).
 CONTENT_FAULTS = frozenset({"malformed", "truncated", "empty"})
-ALL_FAULTS = HTTP_FAULTS | CONTENT_FAULTS | {"timeout"}
+# A 200 whose HTTP body itself is broken: cut-off JSON (with a matching Content-Length, as a buggy
+# proxy sends it), an HTML error page, or a JSON object without ``choices``.
+BODY_FAULTS = frozenset({"truncated_body", "html_body", "no_choices"})
+ALL_FAULTS = HTTP_FAULTS | CONTENT_FAULTS | BODY_FAULTS | {"timeout"}
 NO_FAULT = frozenset({"", "ok", "none"})  # script entries that mean "answer normally"
 MALFORMED_CONTENT = "Sure! here it is: {oops"
 
@@ -76,6 +84,15 @@ class FaultPlan:
     ``random.Random(seed)`` so a sequential run is reproducible. ``kinds`` restricts which
     prompt kinds are eligible (``None`` = every recognised chat kind). Embeddings and
     unknown-kind requests are never faulted.
+
+    ``keyed=True`` draws each random fault from a hash of (seed, request body, how many times that
+    body was seen before) instead of from the arrival order, so a concurrent run gets the same
+    faults on the same requests every time, and a retry of a faulted request gets a fresh draw.
+
+    ``pinned`` maps a prompt kind to faults for the 1st, 2nd, ... *distinct* request bodies of
+    that kind (in order of first arrival); the fault is repeated on every retry of that body, so
+    ``{"answer": ["500"]}`` makes exactly one answer call fail for good whatever the concurrency.
+    Pinned faults take precedence over ``script`` and ``rate``.
     """
 
     rate: float = 0.0
@@ -84,6 +101,8 @@ class FaultPlan:
     seed: int = 0
     types: list[str] = field(default_factory=lambda: ["429", "500", "timeout", "malformed", "truncated"])
     timeout_seconds: float = 2.0
+    keyed: bool = False
+    pinned: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.rate <= 1.0:
@@ -96,6 +115,12 @@ class FaultPlan:
                 raise ValueError(f"FaultPlan.types: unknown fault {name!r}")
         if self.rate > 0 and not self.types:
             raise ValueError("FaultPlan.types must not be empty when rate > 0")
+        for kind, names in self.pinned.items():
+            if kind not in CHAT_KINDS:
+                raise ValueError(f"FaultPlan.pinned: unknown prompt kind {kind!r}")
+            for name in names:
+                if name not in ALL_FAULTS and name.lower() not in NO_FAULT:
+                    raise ValueError(f"FaultPlan.pinned[{kind!r}]: unknown fault {name!r}")
         if self.kinds is not None:
             self.kinds = set(self.kinds)
 
@@ -335,6 +360,7 @@ _HTTP_FAULT_BODIES = {
     "500": ("The server had an error while processing your request (injected fault).", "server_error", None),
     "503": ("The engine is currently overloaded (injected fault).", "server_error", None),
     "400": ("Invalid request (injected fault).", "invalid_request_error", None),
+    "401": ("Incorrect API key provided: {key} (injected fault).", "invalid_request_error", "invalid_api_key"),
 }
 
 
@@ -358,11 +384,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.fake._track(self.connection, add=False)
 
     # -- plumbing
-    def _send_json(self, status: int, payload: Any, headers: Optional[dict[str, str]] = None) -> None:
-        body = json.dumps(payload).encode("utf-8")
+    def _send_json(self, status: int, payload: Any, headers: Optional[dict[str, str]] = None,
+                   *, raw: Optional[bytes] = None, content_type: str = "application/json") -> None:
+        body = raw if raw is not None else json.dumps(payload).encode("utf-8")
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
@@ -406,16 +433,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = self._read_body()
         fake = self.server.fake
+        headers = {k.lower(): v for k, v in self.headers.items()}
         if not isinstance(body, dict):
-            fake._record({"_invalid_json": True}, "invalid")
+            fake._record({"_invalid_json": True}, "invalid", headers)
             self._send_json(400, _error_body("Request body is not a JSON object.", "invalid_request_error"))
             return
         if route == "embeddings":
-            fake._record(body, EMBEDDINGS_KIND)
+            fake._record(body, EMBEDDINGS_KIND, headers)
             fake._sleep(fake.latency)
             self._embeddings(body)
         else:
-            self._chat(body)
+            self._chat(body, headers)
 
     def _embeddings(self, body: dict[str, Any]) -> None:
         inp = body.get("input")
@@ -446,15 +474,16 @@ class _Handler(BaseHTTPRequestHandler):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         })
 
-    def _chat(self, body: dict[str, Any]) -> None:
+    def _chat(self, body: dict[str, Any], headers: dict[str, str]) -> None:
         fake = self.server.fake
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            fake._record(body, "invalid")
+            fake._record(body, "invalid", headers)
             self._send_json(400, _error_body("'messages' must be a non-empty list.", "invalid_request_error", param="messages"))
             return
         kind = detect_kind(messages)
-        index, fault = fake._record(body, kind)
+        index, fault = fake._record(body, kind, headers)
+        fake._wait_if_held(index)
         fake._sleep(fake.latency)
         if kind == UNKNOWN_KIND:
             self._send_json(400, _error_body(
@@ -463,22 +492,25 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault in HTTP_FAULTS:
             message, type_, code = _HTTP_FAULT_BODIES[fault]
-            headers = {"retry-after": "0"} if fault == "429" else None
-            self._send_json(int(fault), _error_body(message, type_, code), headers)
+            message = message.replace("{key}", headers.get("authorization", "").removeprefix("Bearer "))
+            extra = {"retry-after": "0"} if fault == "429" else None
+            fake._reply(index, int(fault), json.dumps(_error_body(message, type_, code)))
+            self._send_json(int(fault), _error_body(message, type_, code), extra)
             return
         if fault == "timeout":
             fake._sleep(fake.faults.timeout_seconds if fake.faults else 2.0)
         text = prompt_text(messages)
         content = scripted_content(kind, text)
+        finish_reason = "stop"
         if fault == "malformed":
             content = MALFORMED_CONTENT
         elif fault == "truncated":
-            content = content[: len(content) // 2]
+            content, finish_reason = content[: len(content) // 2], "length"  # as when max_tokens cuts a reply
         elif fault == "empty":
             content = ""
         prompt_tokens = approx_tokens(text)
         completion_tokens = approx_tokens(content)
-        self._send_json(200, {
+        payload = {
             "id": f"chatcmpl-fake-{index:06d}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -486,7 +518,7 @@ class _Handler(BaseHTTPRequestHandler):
             "choices": [{
                 "index": 0,
                 "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
+                "finish_reason": finish_reason,
                 "logprobs": None,
             }],
             "usage": {
@@ -494,13 +526,31 @@ class _Handler(BaseHTTPRequestHandler):
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
             },
-        })
+        }
+        if fault in BODY_FAULTS:
+            fake._reply(index, 200, None)
+            if fault == "truncated_body":
+                full = json.dumps(payload).encode("utf-8")
+                self._send_json(200, None, raw=full[: len(full) // 2])
+            elif fault == "html_body":
+                self._send_json(200, None, raw=b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+            else:  # no_choices
+                self._send_json(200, {"id": payload["id"], "object": "chat.completion", "model": payload["model"]})
+            return
+        fake._reply(index, 200, content)
+        self._send_json(200, payload)
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     fake: "FakeOpenAI"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up or was killed mid-request resets its connection: expected in
+        # timeout and interruption tests, so no traceback. Anything else is a bug in the fake.
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            super().handle_error(request, client_address)
 
 
 class FakeOpenAI:
@@ -511,10 +561,19 @@ class FakeOpenAI:
         self.latency = float(latency)
         self.requests: list[dict[str, Any]] = []
         self.request_kinds: list[str] = []  # parallel to ``requests``
+        self.request_headers: list[dict[str, str]] = []  # parallel to ``requests``; names lower-cased
         self.faults_injected: list[tuple[int, str, str]] = []  # (request index, kind, fault)
+        # request index -> (HTTP status, text) of chat replies: the message content of a 200, the
+        # error body of an HTTP error, None for a broken body. Recorded even if the client gave up.
+        self.replies: dict[int, tuple[int, Optional[str]]] = {}
         self._lock = threading.Lock()
         self._rng = random.Random(faults.seed if faults else 0)
         self._eligible_seen = 0
+        self._body_seen: Counter[str] = Counter()  # canonical body -> arrivals so far
+        self._hold_from: Optional[int] = None  # chat requests from this index on wait for release
+        self._released = threading.Event()
+        self._released.set()
+        self._pinned_bodies: dict[str, list[str]] = {}  # kind -> distinct bodies, first-arrival order
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self._server: Optional[_Server] = None
@@ -575,7 +634,24 @@ class FakeOpenAI:
         with self._lock:
             return [r for r, k in zip(self.requests, self.request_kinds) if k == kind]
 
+    def hold_from(self, index: Optional[int]) -> None:
+        """Hold the replies to chat requests numbered ``index`` and later (0-based, counting every
+        request) until ``hold_from(None)`` or ``stop()``: a test can then kill a client while it
+        has calls in flight, at an exact point."""
+        with self._lock:
+            self._hold_from = index
+            if index is None:
+                self._released.set()
+            else:
+                self._released.clear()
+
     # -- internals (called from handler threads)
+    def _wait_if_held(self, index: int) -> None:
+        with self._lock:
+            held = self._hold_from is not None and index >= self._hold_from
+        while held and not self._released.wait(0.05) and not self._stopping.is_set():
+            pass
+
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
             if add:
@@ -587,23 +663,40 @@ class FakeOpenAI:
         if seconds > 0:
             self._stopping.wait(seconds)
 
-    def _record(self, body: dict[str, Any], kind: str) -> tuple[int, Optional[str]]:
+    def _record(self, body: dict[str, Any], kind: str,
+                headers: Optional[dict[str, str]] = None) -> tuple[int, Optional[str]]:
         """Append the request and decide its fault atomically, so arrival order fixes both."""
         with self._lock:
             index = len(self.requests)
             self.requests.append(body)
             self.request_kinds.append(kind)
-            fault = self._choose_fault(kind)
+            self.request_headers.append(dict(headers or {}))
+            canonical = json.dumps(body, sort_keys=True, ensure_ascii=False)
+            seen = self._body_seen[canonical]
+            self._body_seen[canonical] += 1
+            fault = self._choose_fault(kind, canonical, seen)
             if fault is not None:
                 self.faults_injected.append((index, kind, fault))
             return index, fault
 
-    def _choose_fault(self, kind: str) -> Optional[str]:
+    def _reply(self, index: int, status: int, content: Optional[str]) -> None:
+        with self._lock:
+            self.replies[index] = (status, content)
+
+    def _choose_fault(self, kind: str, canonical: str, seen: int) -> Optional[str]:
         plan = self.faults
         if plan is None or kind not in CHAT_KINDS:
             return None
         if plan.kinds is not None and kind not in plan.kinds:
             return None
+        if kind in plan.pinned:
+            bodies = self._pinned_bodies.setdefault(kind, [])
+            if canonical not in bodies:
+                bodies.append(canonical)
+            n = bodies.index(canonical)
+            if n < len(plan.pinned[kind]):
+                name = plan.pinned[kind][n]
+                return None if name.lower() in NO_FAULT else name
         n = self._eligible_seen
         self._eligible_seen += 1
         if n < len(plan.script):
@@ -611,6 +704,10 @@ class FakeOpenAI:
             return None if name.lower() in NO_FAULT else name
         if plan.rate <= 0:
             return None
+        if plan.keyed:
+            digest = hashlib.sha256(f"{plan.seed}\x00{seen}\x00{canonical}".encode("utf-8")).digest()
+            hit = int.from_bytes(digest[:8], "big") / 2**64 < plan.rate
+            return plan.types[int.from_bytes(digest[8:16], "big") % len(plan.types)] if hit else None
         # Always draw both numbers so the sequence does not depend on earlier outcomes.
         hit = self._rng.random() < plan.rate
         choice = self._rng.choice(plan.types)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -144,6 +144,9 @@ class _Settings:
 class _Completion:
     text: str
     cache_key: str
+    usage: dict = field(default_factory=dict)
+    latency: float = 0.0
+    cached: bool = False
 
 
 class StubClient:

@@ -70,3 +70,14 @@ def test_run_ledger_and_efficiency_match_the_artifacts(tmp_path, fake_server, mo
     led2 = json.loads((again.dir / "ledger.json").read_text())
     assert led2["total"]["paid"] == 0 and led2["total"]["cached"] == led["total"]["calls"]
     assert led2["total"]["cost_paid_usd"] == 0
+
+
+def test_cache_hits_report_the_original_latency(tmp_path, fake_server):
+    from tests.conftest import make_client
+
+    client = make_client(fake_server, tmp_path, "answer")
+    msgs = [{"role": "user", "content": "Answer only from the supplied episodes.\n[D1:1] A: hi"}]
+    first = client.complete("answer", msgs, json_mode=False)
+    again = make_client(fake_server, tmp_path, "answer").complete("answer", msgs, json_mode=False)
+    assert not first.cached and again.cached
+    assert again.latency == pytest.approx(first.latency) and first.latency > 0

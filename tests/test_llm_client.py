@@ -71,7 +71,7 @@ def test_cache_miss_then_hit(server, tmp_path):
     assert server.request_count == 1  # served from the cache: no new request
     assert second.cached is True
     assert (second.text, second.cache_key, second.usage) == (first.text, first.cache_key, first.usage)
-    assert second.latency == 0.0
+    assert second.latency == first.latency  # the original call's latency, flagged cached
 
     # A fresh client on the same sqlite file also hits (the cache is persistent).
     again = make_client(server.base_url, tmp_path).complete("judge", judge_messages(), json_mode=True)
@@ -185,9 +185,21 @@ def test_cache_mode_refresh_calls_and_rewrites(server, tmp_path):
 def test_cache_put_respects_mode(tmp_path, mode, stored):
     ResponseCache(str(tmp_path / "c.sqlite"))  # create the table
     cache = ResponseCache(str(tmp_path / "c.sqlite"), mode=mode)
-    cache.put("k1", {"model": "m"}, "reply", {"prompt_tokens": 3, "completion_tokens": 1})
+    cache.put("k1", {"model": "m"}, "reply", {"prompt_tokens": 3, "completion_tokens": 1}, 0.25)
     got = ResponseCache(str(tmp_path / "c.sqlite")).get("k1")
-    assert got == (("reply", {"prompt_tokens": 3, "completion_tokens": 1}) if stored else None)
+    assert got == (("reply", {"prompt_tokens": 3, "completion_tokens": 1}, 0.25) if stored else None)
+
+
+def test_a_cache_made_before_latency_was_kept_still_reads(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE responses (key TEXT PRIMARY KEY, request TEXT, response TEXT, usage TEXT, created REAL)")
+    con.execute("INSERT INTO responses VALUES ('k', '{}', 'r', '{}', 0)")
+    con.commit()
+    con.close()
+    assert ResponseCache(str(path)).get("k") == ("r", {}, 0.0)
 
 
 def test_invalid_cache_mode_rejected(tmp_path):

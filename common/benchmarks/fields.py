@@ -79,14 +79,15 @@ def read_json(path: Path) -> Any:
         raise DataError(f"{path}: invalid JSON (truncated download?): {exc}") from exc
 
 
-
-
 def iter_items(path: Path, kind: str, id_key: str) -> Iterator[tuple[dict[str, Any], str, Loc]]:
     """The objects of a JSON-list file with their unique string id and an error locator."""
     raw = read_json(path)
     root = Loc(str(path))
     if not isinstance(raw, list):
         raise root.error(f"expected a JSON list of {kind}s, got {type(raw).__name__}")
+    if not raw:
+        # An empty list would make a run of zero questions that reports nothing; say so instead.
+        raise root.error(f"no {kind}s in the file (an empty JSON list)")
     first_seen: dict[str, int] = {}
     for i, item in enumerate(raw):
         loc = Loc(root.file, f"{kind}[{i}]")

@@ -76,7 +76,8 @@ def load_locomo(path: str | Path) -> LocomoData:
 
     Raises:
         DataError: The file cannot be read or parsed, a required field is missing or has the
-            wrong type, a category is outside 1-5, or a ``sample_id`` or ``dia_id`` repeats.
+            wrong type, a category is outside 1-5, a session has no turns, or a ``sample_id`` or
+            ``dia_id`` repeats.
     """
     sessions: list[Session] = []
     questions: list[Question] = []
@@ -108,6 +109,9 @@ def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: Loc) -> list[
     seen_dia_ids: set[str] = set()
     for index, key in numbered:
         raw_turns = required(conv, key, list, loc)
+        if not raw_turns:
+            # Nothing to remember, and the partition stage would pay for an empty prompt.
+            raise loc.at(key).error("empty session (no turns)")
         date_time = required(conv, f"{key}_date_time", str, loc)
         turns = [_parse_turn(t, loc.at(key).at(f"[{k}]")) for k, t in enumerate(raw_turns)]
         for k, turn in enumerate(turns):
@@ -234,9 +238,9 @@ def select(
     if conversations is not None:
         unknown = [c for c in conversations if c not in known]
         if unknown:
-            raise ValueError(f"unknown LoCoMo conversation(s) {unknown}; known: {known}")
+            raise ValueError(f"data.conversations: unknown LoCoMo conversation(s) {unknown}; known: {known}")
     if question_limit is not None and question_limit < 0:
-        raise ValueError(f"question_limit must be >= 0, got {question_limit}")
+        raise ValueError(f"data.question_limit: must be >= 0, got {question_limit}")
 
     keep = set(known if conversations is None else conversations)
     taken: Counter[str] = Counter()
@@ -281,8 +285,9 @@ class _LocomoAdapter(FileAdapter):
     def aggregate(self, run: Any, judges: list[str]) -> dict[str, Any]:
         """Judge accuracy per category (k/n, failures counted wrong) plus lexical diagnostics."""
         from common.io import read_jsonl
-        from common.metrics import accuracy, evidence_recall, grouped_accuracy, locomo_f1
+        from common.metrics import evidence_recall, locomo_f1
         from common.report import describe
+        from common.scoring import failure_cause, judge_block
 
         gold = [Gold(**g) for g in read_jsonl(run.path("gold"))]
         answers = {a["qid"]: a for a in read_jsonl(run.path("answers"))}
@@ -299,18 +304,14 @@ class _LocomoAdapter(FileAdapter):
         for j in judges:
             rows = {r["qid"]: r for r in read_jsonl(run.dir / f"08_judge_{j}.jsonl")}
             # A scored question with no judge row is a failure, never a dropped item.
-            joined = [{"cat": name(g.category), "label": rows.get(g.qid, {}).get("label")} for g in scored]
-            causes: dict[str, int] = {}
-            for g in scored:
-                err = rows[g.qid]["error"].split(":")[0] if g.qid in rows and rows[g.qid]["error"] else (
-                    "missing_judgment" if g.qid not in rows else "")
-                if err:
-                    causes[err] = causes.get(err, 0) + 1
+            joined = [{"cat": name(g.category), "label": rows.get(g.qid, {}).get("label"),
+                       "cause": failure_cause(rows.get(g.qid))} for g in scored]
+            block = judge_block(joined, "cat")
             any_row = next(iter(rows.values()), {})
             out["judges"][j] = {
                 "judge_model": any_row.get("judge_model"), "prompt_id": any_row.get("prompt_id"),
-                "overall": accuracy(r["label"] for r in joined),
-                "by_category": grouped_accuracy(joined, "cat"), "failures": causes,
+                "overall": block["overall"], "by_category": block["by_group"],
+                "failures": block["failures"], "failures_total": block["failures_total"],
             }
         f1 = [{"cat": name(g.category), "f1": locomo_f1(answers.get(g.qid, {}).get("answer") or "", g.answer, g.category)}
               for g in scored]
@@ -331,6 +332,7 @@ class _LocomoAdapter(FileAdapter):
     def write_tables(self, run: Any, metrics: dict[str, Any]) -> list[Path]:
         """Table 1 format, one Markdown+CSV pair per judge (judges are never averaged)."""
         from common.report import pct, write_table
+        from common.scoring import score_note
 
         paths: list[Path] = []
         for j, m in metrics["judges"].items():
@@ -341,7 +343,7 @@ class _LocomoAdapter(FileAdapter):
             row["Overall"] = pct(m["overall"])
             title = (f"LoCoMo accuracy (LLM judge {m['judge_model']}, prompt {m['prompt_id']}; categories 1-4, "
                      f"category 5 excluded: {metrics['questions']['excluded']['5 (adversarial)']}; "
-                     f"failed judgments count as wrong: {m['overall']['n_failed']})")
+                     f"failed judgments count as wrong: {m['overall']['n_failed']})\n\n{score_note(metrics, j)}")
             paths += write_table([row], run.dir / f"table_{j}.md", title)
         return paths
 

@@ -253,9 +253,9 @@ def select(
         known_set = set(known)
         unknown = [q for q in question_ids if q not in known_set]
         if unknown:
-            raise ValueError(f"unknown LongMemEval question id(s) {unknown[:10]}")
+            raise ValueError(f"data.conversations: unknown LongMemEval question id(s) {unknown[:10]}")
     if question_limit is not None and question_limit < 0:
-        raise ValueError(f"question_limit must be >= 0, got {question_limit}")
+        raise ValueError(f"data.question_limit: must be >= 0, got {question_limit}")
     wanted = set(known if question_ids is None else question_ids)
     questions = [q for q in data.questions if q.qid in wanted]
     if question_limit is not None:
