@@ -182,6 +182,7 @@ class ExtractRow:
     fallback_used: bool = False
     error: str = ""
     llm_calls: list[dict[str, Any]] = field(default_factory=list)
+    input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)
 
 
 # --------------------------------------------------------------------------- 05 plan
@@ -225,6 +226,7 @@ class PlanRow:
     fallback_used: bool = False
     error: str = ""
     llm_calls: list[dict[str, Any]] = field(default_factory=list)
+    input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)
 
 
 # --------------------------------------------------------------------------- 06 retrieve
@@ -253,6 +255,7 @@ class RetrievalRow:
     buffer_tokens: int
     seconds: float = 0.0
     method_info: dict[str, Any] = field(default_factory=dict)  # baselines: truncation, scores, source
+    input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)
 
 
 # --------------------------------------------------------------------------- 07 answer
@@ -269,6 +272,7 @@ class AnswerRow:
     latency: float = 0.0
     error: str = ""
     cached: bool = False  # served from the LLM cache (not paid in this run)
+    input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)
 
 
 # --------------------------------------------------------------------------- 08 judge
@@ -286,3 +290,4 @@ class JudgeRow:
     usage: dict[str, int] = field(default_factory=dict)
     latency: float = 0.0
     cached: bool = False
+    input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)

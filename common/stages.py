@@ -156,19 +156,42 @@ def _manifest(run: Run, stage: str, *, extra: dict | None = None, **kw: Any) -> 
     write_manifest(run.dir, stage, extra={**(extra or {}), "config": dataclasses.asdict(run.cfg)}, **kw)
 
 
+def digest(obj: Any) -> str:
+    """Short content hash of an upstream row: a row whose input changed since it was made is stale."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
+def _stale(row: dict, key: str, current: dict[str, str]) -> bool:
+    # Rows from before digests were kept (no field) are trusted; others must match their input.
+    return bool(row.get("input_digest")) and row["input_digest"] != current.get(row[key], row["input_digest"])
+
+
 def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
                work: Callable[[Any], Any], role: str, inputs: list[Path], failed: Callable[[Any], bool],
-               redo_failed: bool = True) -> list[dict]:
+               redo_failed: bool = True, digest_fn: Callable[[Any], str] | None = None) -> list[dict]:
     """Shared loop of the LLM stages: resume, map concurrently, write as completed, manifest.
 
     Rows that failed in an earlier invocation are done again (their successful calls come from
-    the cache, so only the failed calls are paid for); ``redo_failed=False`` keeps them.
+    the cache, so only the failed calls are paid for); ``redo_failed=False`` keeps them. With
+    ``digest_fn``, each row records the digest of its input and a row whose input has changed
+    since (an upstream row was redone) is done again too.
     """
     started = time.time()
     client = run.client((role,))
     guard_settings(run, name, out)
-    writer = StageWriter(out, key, force=run.force, redo=failed if redo_failed else None)
+    current = {key_fn(i): digest_fn(i) for i in items} if digest_fn else {}
+    redo = (lambda r: (redo_failed and failed(r)) or _stale(r, key, current)) if (redo_failed or digest_fn) else None
+    writer = StageWriter(out, key, force=run.force, redo=redo)
     todo = writer.pending(items, key_fn)
+    if digest_fn:
+        inner = work
+
+        def work(item: Any) -> Any:  # noqa: F811 - stamp each new row with its input digest
+            row = inner(item)
+            row.input_digest = current[key_fn(item)]
+            return row
     try:
         for _, row in client.map(work, todo, desc=name, progress=run.progress):
             writer.write(to_dict(row))
@@ -261,18 +284,19 @@ def _skipped(run: Run, stage: str) -> bool:
 # ----------------------------------------------------------------------------- 02
 def _two_pass(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
               rep_of: dict[str, Any], work: Callable[[Any], Any], rebase: Callable[[Any, Any], Any],
-              role: str, inputs: list[Path], failed: Callable[[Any], bool]) -> None:
+              role: str, inputs: list[Path], failed: Callable[[Any], bool],
+              digest_fn: Callable[[Any], str] | None = None) -> None:
     """Process distinct items first, then serve duplicates from the cache and rebase them.
 
     Running representatives to completion before any duplicate means two copies of one session
     never race for the same uncached request, so a duplicate costs no call at all.
     """
     reps = [i for i in items if rep_of[key_fn(i)] is i]
-    _llm_stage(run, name, out, key, reps, key_fn, work, role, inputs, failed)
+    _llm_stage(run, name, out, key, reps, key_fn, work, role, inputs, failed, digest_fn=digest_fn)
     if len(reps) < len(items):
         # The first pass already retried failed representatives; do not pay for them twice.
         _llm_stage(run, name, out, key, items, key_fn, lambda i: rebase(work(rep_of[key_fn(i)]), i),
-                   role, inputs, failed, redo_failed=False)
+                   role, inputs, failed, redo_failed=False, digest_fn=digest_fn)
     manifest = run.dir / f"{name}.manifest.json"
     import json
 
@@ -311,7 +335,8 @@ def extract(run: Run) -> None:
     g, imgs = run.cfg.extract.granularity, run.cfg.episodes.include_images
     _two_pass(run, "03_extract", run.path("records"), "episode_id", eps, lambda e: e.episode_id, rep_of,
               lambda e: extract_mod.extract_episode(run._client, views[e.memory_id], e, g, imgs),
-              rebase_records, "extract", [run.path("episodes")], lambda r: r["fallback_used"])
+              rebase_records, "extract", [run.path("episodes")], lambda r: r["fallback_used"],
+              digest_fn=lambda e: digest(to_dict(e)))
 
 
 # ----------------------------------------------------------------------------- 04
@@ -369,7 +394,8 @@ def plan(run: Run) -> None:
     _llm_stage(run, "05_plan", run.path("plans"), "qid", questions, lambda q: q.qid,
                lambda q: plan_mod.plan_question(run._client, q, vocab.get(q.memory_id, {}),
                                                 granularity=g, vocabulary_max=vmax),
-               "plan", [run.path("questions"), run.path("index")], lambda r: r["fallback_used"])
+               "plan", [run.path("questions"), run.path("index")], lambda r: r["fallback_used"],
+               digest_fn=lambda q: digest([q.question, q.question_date, vocab.get(q.memory_id, {})]))
 
 
 # ----------------------------------------------------------------------------- 06
@@ -382,9 +408,12 @@ def retrieve(run: Run) -> None:
     plans = _by_qid(read_jsonl(run.path("plans")), PlanRow)
     views = load_views(run)
     paths = {r["memory_id"]: run.dir / r["path"] for r in read_jsonl(run.path("index"))}
+    index_fp = {r["memory_id"]: r["fingerprint"] for r in read_jsonl(run.path("index"))}
+    current = {q.qid: digest([q.question, q.question_date, to_dict(plans[q.qid].plan), index_fp.get(q.memory_id)])
+               for q in questions}
     out = run.path("retrievals")
     guard_settings(run, "06_retrieve", out)
-    writer = StageWriter(out, "qid", force=run.force)
+    writer = StageWriter(out, "qid", force=run.force, redo=lambda r: _stale(r, "qid", current))
     todo = writer.pending(questions, lambda q: q.qid)
     emb = run.embedder() if todo else None
     retrievers: dict[str, Retriever] = {}
@@ -395,7 +424,9 @@ def retrieve(run: Run) -> None:
             if q.memory_id not in retrievers:
                 retrievers[q.memory_id] = Retriever(MemoryIndex.load(paths[q.memory_id]), views[q.memory_id],
                                                     emb, run.cfg.retrieve, run.cfg.episodes.include_images)
-            writer.write(to_dict(retrievers[q.memory_id].retrieve(q, plans[q.qid].plan)))
+            row = retrievers[q.memory_id].retrieve(q, plans[q.qid].plan)
+            row.input_digest = current[q.qid]
+            writer.write(to_dict(row))
     finally:
         rows = writer.close(order=[q.qid for q in questions])
     _manifest(run, "06_retrieve", inputs=[run.path("plans"), run.path("index")], outputs=[out],
@@ -455,7 +486,9 @@ def answer(run: Run) -> None:
     _llm_stage(run, "07_answer", run.path("answers"), "qid", questions, lambda q: q.qid,
                lambda q: answer_mod.answer_question(run._client, q, plans[q.qid].plan if plans else None,
                                                     rets[q.qid]),
-               "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]))
+               "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
+               digest_fn=lambda q: digest([q.question, rets[q.qid].mode, rets[q.qid].buffer_text,
+                                           to_dict(plans[q.qid].plan) if plans else None]))
 
 
 # ----------------------------------------------------------------------------- 08
@@ -472,7 +505,8 @@ def judge(run: Run) -> None:
     name, prompt_id = run.cfg.judge.name, run.cfg.judge.prompt
     _llm_stage(run, f"08_judge_{name}", judge_path(run), "qid", scored, lambda a: a.qid,
                lambda a: adapter.judge(run._client, name, prompt_id, a, gold[a.qid]),
-               "judge", [run.path("answers"), run.path("gold")], lambda r: r["label"] is None)
+               "judge", [run.path("answers"), run.path("gold")], lambda r: r["label"] is None,
+               digest_fn=lambda a: digest([a.question, a.answer, gold[a.qid].answer]))
 
 
 # ----------------------------------------------------------------------------- 09
