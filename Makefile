@@ -16,6 +16,7 @@ LME_SHA256_longmemeval_s_cleaned := d6f21ea9d60a0d56f34a05b609c79c88a451d2ae0359
 LME_SHA256_longmemeval_oracle    := 821a2034d219ab45846873dd14c14f12cfe7776e73527a483f9dac095d38620c
 LME_SHA256_longmemeval_m_cleaned := 9d79e5524794a2e6900a3aa9cb7d9152c5a3e8319c9a87c25494ba1eacee495f
 LME_CONFIG ?= configs/longmemeval.yaml
+BENCH_ARGS ?=
 SUBSET  ?=
 ONLY    ?=
 DRY_RUN ?=
@@ -32,7 +33,7 @@ ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMI
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 LOCOMO_STAGES = 01_preprocess 02_episodes 03_extract 04_index 05_plan 06_retrieve 07_answer 08_judge 09_aggregate
 
-.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test clean-run \
+.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test bench clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare $(addprefix locomo-,$(LOCOMO_STAGES))
 
 help:  ## list targets
@@ -118,6 +119,9 @@ compare:  ## paired comparison: A=<run dir> [B=<run dir>] [JUDGE=name] [JUDGE_B=
 
 test:  ## the offline test-suite (a local fake OpenAI server; no network, no key)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (~8-15 min; BENCH_ARGS="--conversations conv-26")
+	HF_HUB_OFFLINE=1 $(PY) -m bench.run --config $(CONFIG) $(BENCH_ARGS)
 
 clean-run:  ## delete results/<benchmark>/<RUN> (never the LLM cache)
 	@test -n "$(RUN)" || (echo "set RUN=<name>"; exit 1)

@@ -15,13 +15,14 @@ or a local path goes to ``SentenceTransformer`` unchanged.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Optional, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _DEFAULT_ALIASES = {"all-MiniLM-L6-v2", DEFAULT_MODEL}
 PROGRESS_BAR_MIN_TEXTS = 2000
+# Query-side batches (stage 06: a hop's anchor fields, one dense query) are a few short texts.
+# A second intra-op thread cannot speed them up, but makes each encode wait for a core that
+# another process holds: on a loaded 2-core machine 06 ran 4-6x slower (make bench, item 2).
+SINGLE_THREAD_MAX_TEXTS = 32
 _SQL_CHUNK = 500
 
 
@@ -104,6 +109,22 @@ def _load_sentence_transformer(model: str, device: str) -> Any:
     return SentenceTransformer(path, device=device)
 
 
+@contextlib.contextmanager
+def _intra_op_threads(n: Optional[int]) -> Iterator[None]:
+    """Run torch with ``n`` intra-op threads inside the block (None: leave it alone)."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 # One lock per loaded model: encoding sets max_seq_length on the shared object first.
 _model_locks: dict[int, threading.Lock] = {}
 _model_locks_guard = threading.Lock()
@@ -154,7 +175,8 @@ class SentenceTransformerBackend:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         m = self._model()
-        with _lock_for(m):
+        threads = 1 if len(texts) <= SINGLE_THREAD_MAX_TEXTS else None
+        with _lock_for(m), _intra_op_threads(threads):
             m.max_seq_length = self._effective_max_length(m)
             out = m.encode(
                 list(texts),

@@ -16,6 +16,7 @@ concurrency, token accounting and secret handling are written once:
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -416,6 +417,12 @@ class LLMClient:
         return {role: s.summary() for role, s in sorted(self.stats.items())}
 
 
+@functools.lru_cache(maxsize=8)
+def _embedding_client(url: str, key: str, timeout: float) -> openai.OpenAI:
+    # Building a client costs ~25 ms (its SSL context): stage 06 embeds per question.
+    return openai.OpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=0)
+
+
 def embed_texts(
     texts: list[str], *, model: str, base_url: Optional[str], timeout: float = 120.0,
     retry: RetryPolicy = RetryPolicy(),
@@ -426,7 +433,7 @@ def embed_texts(
     """
     settings = RoleSettings(role="embedding", model=model, base_url=base_url, timeout=timeout)
     url, key = resolve_endpoint(settings)
-    client = openai.OpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=0)
+    client = _embedding_client(url, key, timeout)
     out: list[list[float]] = []
     for start in range(0, len(texts), 256):
         batch = texts[start : start + 256]

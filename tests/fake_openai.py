@@ -544,6 +544,9 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # A client opening llm.concurrency connections at once overflows socketserver's default
+    # backlog of 5; the dropped connects are retried by the kernel after 1 s.
+    request_queue_size = 128
     fake: "FakeOpenAI"
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -1,0 +1,147 @@
+"""Smoke test of the `make bench` plumbing on the tiny fixture (not of the targets).
+
+The bench runs end to end as a user runs it (``python -m bench.run``), with a 10 ms fake
+endpoint and the fake server's /v1/embeddings standing in for the CPU model so that no stage
+pays for loading torch; every figure it reports is checked against the run's own artifacts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.pipeline import LLM_STAGE_KINDS, BenchError, StageResult
+from bench.procs import Measured
+from bench.run import MARKER, fresh_workdir, parse_args
+from bench.throughput import speedup
+from tests.conftest import REPO, TINY_LOCOMO, rows
+
+LATENCY = 0.01
+
+
+@pytest.fixture(scope="module")
+def bench_out(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    env["LOCOMO_JSON"] = str(TINY_LOCOMO)
+    cmd = [sys.executable, "-m", "bench.run", "--latency", str(LATENCY), "--out", str(out), "--skip", "speedup",
+           "--set", "embedding.backend=openai", "--set", "embedding.model=fake-embed"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return out
+
+
+def _result(out: Path) -> dict:
+    return json.loads((out / "bench.json").read_text(encoding="utf-8"))
+
+
+def _run_dir(out: Path) -> Path:
+    return out / "work" / "results" / "locomo" / "full"
+
+
+def test_llm_stage_calls_and_ratios_match_the_artifacts(bench_out):
+    result, run_dir = _result(bench_out), _run_dir(bench_out)
+    item = result["items"]["throughput"]
+    by_stage = {s["stage"]: s for s in item["stages"]}
+    assert set(by_stage) == set(LLM_STAGE_KINDS)
+    # Calls the stages recorded in their rows (one audit entry per call) vs what the server counted.
+    judge = rows(run_dir / "08_judge_gpt-4o-mini.jsonl")
+    from_rows = {
+        "02_episodes": sum(len(r["llm_calls"]) for r in rows(run_dir / "02_episodes.jsonl")),
+        "03_extract": sum(len(r["llm_calls"]) for r in rows(run_dir / "03_records.jsonl")),
+        "05_plan": sum(len(r["llm_calls"]) for r in rows(run_dir / "05_plans.jsonl")),
+        "07_answer": len(rows(run_dir / "07_answers.jsonl")),
+        "08_judge": len(judge),
+    }
+    assert {s: by_stage[s]["calls"] for s in by_stage} == from_rows
+    assert from_rows["07_answer"] == len(rows(run_dir / "01_questions.jsonl")) and from_rows["08_judge"] < from_rows["07_answer"]
+    for s in by_stage.values():
+        assert s["manifest_calls"] == s["calls"]
+        bound = s["calls"] * LATENCY / item["concurrency"]
+        assert s["ideal_seconds"] == pytest.approx(bound, abs=1e-3)
+        assert s["ratio"] == pytest.approx(s["stage_wall_seconds"] / bound, rel=1e-3)
+        assert s["passed"] == (s["ratio"] <= 1.2)
+        assert 0 < s["stage_wall_seconds"] <= s["process_wall_seconds"]
+
+
+def test_warm_rerun_makes_no_call_and_resumes_every_row(bench_out):
+    result, run_dir = _result(bench_out), _run_dir(bench_out)
+    warm = result["items"]["warm"]
+    assert warm["llm_calls"] == 0 and warm["passed"] and warm["wall_seconds"] > 0
+    # The manifests are the rerun's: every LLM stage resumed all its rows and made no call.
+    for stage in ("02_episodes", "03_extract", "05_plan", "07_answer", "08_judge_gpt-4o-mini"):
+        m = json.loads((run_dir / f"{stage}.manifest.json").read_text())
+        assert m["resumed_rows"] == m["rows"] > 0 and m["new_rows"] == 0, stage
+
+
+def test_retrieval_percentiles_are_those_of_the_per_question_times(bench_out):
+    result, run_dir = _result(bench_out), _run_dir(bench_out)
+    item = result["items"]["retrieval"]
+    questions = [q["qid"] for q in rows(run_dir / "01_questions.jsonl") if q["memory_id"] == item["memory_id"]]
+    assert set(item["variants"]) == {"pipeline", "no_cache"} and item["headline"] == "pipeline"
+    for variant in item["variants"].values():
+        assert [p["qid"] for p in variant["per_question"]] == questions
+        secs = [p["seconds"] for p in variant["per_question"]]
+        cuts = statistics.quantiles(secs, n=20, method="inclusive")  # 5 % steps: cuts[9] = p50, cuts[18] = p95
+        assert variant["latency"]["p50"] == pytest.approx(cuts[9], abs=1e-6)
+        assert variant["latency"]["p95"] == pytest.approx(cuts[18], abs=1e-6)
+        # The timer wraps Retriever.retrieve, whose row times itself (rounded to 0.1 ms).
+        assert all(p["row_seconds"] - 1e-4 <= p["seconds"] and p["embed_seconds"] <= p["seconds"]
+                   for p in variant["per_question"])
+        assert variant["passed"]["p50"] == (variant["latency"]["p50"] <= 0.020)
+    # Without a cache every query-side text reaches the model; with 04's cache some are found there.
+    pipeline, bare = (sum(p["model_texts"] for p in item["variants"][v]["per_question"]) for v in ("pipeline", "no_cache"))
+    assert 0 < pipeline < bare
+    assert item["passed"] == item["variants"]["pipeline"]["passed"]
+
+
+def test_peak_memory_is_the_largest_stage_process(bench_out):
+    result = _result(bench_out)
+    item = result["items"]["memory"]
+    stages = result["bench"]["full_run"]["stages"]
+    assert [s["stage"] for s in stages] == [s["stage"] for s in item["stages"]]
+    peaks = [s["process"]["peak_rss_bytes"] for s in stages]
+    assert min(peaks) > 10 * 2**20 and item["peak_rss_bytes"] == max(peaks)
+    assert item["model_weight_bytes"] == 0  # the HTTP embedding backend holds no weights
+    md = (bench_out / "bench.md").read_text(encoding="utf-8")
+    for heading in ("## 1. LLM-bound throughput", "## 2. Retrieval latency", "## 3. Warm rerun", "## 4. Peak memory"):
+        assert heading in md
+
+
+def _stage(stage: str, wall: float, calls: int) -> StageResult:
+    proc = Measured(cmd=[], returncode=0, wall_seconds=wall + 1.0, peak_rss_bytes=1, user_seconds=0.0,
+                    system_seconds=0.0, log="")
+    return StageResult(stage, proc, {LLM_STAGE_KINDS[stage][0]: calls}, {"wall_seconds": wall})
+
+
+def test_speedup_divides_the_walls_of_the_two_concurrencies():
+    low = [_stage("05_plan", 40.0, 200), _stage("07_answer", 42.0, 200)]
+    high = [_stage("05_plan", 2.5, 200), _stage("07_answer", 3.5, 200)]
+    out = speedup(low, high, 1, 16, 0.2)
+    assert [s["speedup"] for s in out["stages"]] == [16.0, 12.0]
+    assert out["llm_stages_speedup"] == round(82.0 / 6.0, 2)
+    assert out["pipeline_speedup"] == round(84.0 / 8.0, 2)  # process walls are one second longer
+    assert out["stages"][0]["ideal_speedup"] == round(200 / 13, 2)  # ceil(200 / 16) = 13 waves
+
+
+def test_workdir_is_emptied_only_when_the_bench_made_it(tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    with pytest.raises(BenchError, match="not a bench work directory"):
+        fresh_workdir(foreign)
+    assert (foreign / "notes.txt").exists()
+    fresh_workdir(tmp_path / "scratch")
+    (tmp_path / "scratch" / "old.sqlite").write_text("stale")
+    fresh_workdir(tmp_path / "scratch")
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == [MARKER]
+
+
+def test_unknown_skip_item_is_refused():
+    with pytest.raises(SystemExit):
+        parse_args(["--skip", "throughput,everything"])
