@@ -289,12 +289,15 @@ def test_rerun_retries_only_the_failed_calls(tmp_path, monkeypatch):
         run = run_stages(CONFIG, sets, STAGE_ORDER[:7])
         assert sum(r["fallback_used"] for r in rows(run.path("plans"))) == 1
         assert sorted(a["error"].split(":")[0] for a in rows(run.path("answers")) if a["error"]) == ["empty_answer", "http_500"]
+        fell_back = {r["qid"] for r in rows(run.path("plans")) if r["fallback_used"]}
+        http_failed = {a["qid"] for a in rows(run.path("answers")) if a["error"].startswith("http_500")}
         server.faults = None  # the outage is over
         before = Counter(server.request_kinds)
-        run_stages(CONFIG, sets, ["plan", "answer"])
+        run_stages(CONFIG, sets, ["plan", "retrieve", "answer"])
         new = Counter(server.request_kinds) - before
-        # The two calls that failed are made again; the empty reply is cached and not paid twice.
-        assert dict(new) == {"plan": 1, "answer": 1}
+        # The failed plan call is made again; the answers made again are the failed one and the one
+        # whose plan (hence retrieval and prompt) changed; the empty reply is cached, not paid twice.
+        assert dict(new) == {"plan": 1, "answer": len(fell_back | http_failed)}
         assert not any(r["fallback_used"] for r in rows(run.path("plans")))
         assert [a["error"] for a in rows(run.path("answers")) if a["error"]] == ["empty_answer"]
 
