@@ -279,15 +279,21 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml_mapping(path: Path, what: str = "config") -> dict[str, Any]:
+    """A YAML file whose top level is a mapping; every problem is one ConfigError line."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
+        raise ConfigError(f"{what} file not found: {path}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
+    return data
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    data = read_yaml_mapping(path)
     parents = data.pop("defaults", [])
     merged: dict[str, Any] = {}
     for parent in parents if isinstance(parents, list) else [parents]:

@@ -38,8 +38,6 @@ DOWNLOADED_PATH = "data/locomo10.json"  # where `make data` puts the real file
 DATA_ENV = "LOCOMO_JSON"
 DEFAULT_CONVERSATION = "conv-26"  # the first LoCoMo conversation
 MAX_TURNS = 36  # conv-26: sessions 1-2 (35 turns); the sample: all 3 sessions (24 turns)
-PIPELINE = ("preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate")
-SCORED_CATEGORIES = (1, 2, 3, 4)  # category 5 is never judged; answering it would only cost time
 
 DISCLAIMER = """\
 NOTE: these numbers come from a 135M-parameter model on a CPU, which also acted as the judge,
@@ -88,7 +86,7 @@ def write_demo_input(source: Path, out_dir: Path, kind: str, conversation: Optio
     kept session, so none is unanswerable by construction of the cut. The file is validated
     by the benchmark loader first, so a malformed one fails with the loader's one-line error.
     """
-    from common.benchmarks.locomo import CATEGORY_NAMES, clean_evidence, load_locomo
+    from common.benchmarks.locomo import SCORED_CATEGORIES, clean_evidence, load_locomo
 
     load_locomo(source)
     samples = json.loads(source.read_text(encoding="utf-8"))
@@ -113,7 +111,8 @@ def write_demo_input(source: Path, out_dir: Path, kind: str, conversation: Optio
         cut[f"session_{n}"] = conv[f"session_{n}"]
     all_ids = {t["dia_id"] for n in numbers for t in conv[f"session_{n}"]}
     kept_ids = {t["dia_id"] for n in kept for t in conv[f"session_{n}"]}
-    scored = [q for q in sample["qa"] if q["category"] in SCORED_CATEGORIES and q["category"] in CATEGORY_NAMES]
+    # Category 5 is never judged: answering it would only cost time.
+    scored = [q for q in sample["qa"] if q["category"] in SCORED_CATEGORIES]
     qa = [q for q in scored if (ev := clean_evidence(q["evidence"], all_ids)) and set(ev) <= kept_ids]
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{wanted}.json"
@@ -229,7 +228,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def run_demo(args: argparse.Namespace) -> int:
     from common.local_llm import LocalEndpoint
-    from common.stages import STAGES, Run
+    from common.stages import Run, run_pipeline
 
     started = time.time()
     source, kind = (args.data, "locomo") if args.data else choose_data()
@@ -259,8 +258,7 @@ def run_demo(args: argparse.Namespace) -> int:
         endpoint = LocalEndpoint(host=host, port=port, threads=args.threads, log_path=log_path)
     run = Run(cfg, force=args.force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
     with endpoint:  # stopped on success, error and Ctrl-C alike
-        for name in PIPELINE:
-            STAGES[name](run)
+        run_pipeline(run)
     counts = stage_counts(run.dir, cfg.judge.name)
     print("\n== Results (" + _show(run.dir / f"table_{cfg.judge.name}.md") + ")")
     table = run.dir / f"table_{cfg.judge.name}.md"

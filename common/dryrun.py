@@ -51,21 +51,17 @@ def _existing(run_dir: Path, name: str) -> int:
 
 
 def estimate(cfg: Config) -> dict[str, Any]:
-    from common import subset as subset_mod
     from common.benchmarks import registry
     from common.dedup import representatives
     from common.episodes import partition_messages
-    from common.experiments import load_subset
+    from common.subset import load_selected
     from common.judge import judge_messages
     from common.plan import plan_messages
     from common.render import render_turn
     from common.schema import Question
 
     adapter = registry(cfg.benchmark)
-    data = adapter.select(adapter.load(adapter.data_path(cfg)), cfg)
-    if cfg.data.subset:
-        s = load_subset(cfg.data.subset)
-        data = subset_mod.apply(data, s.question_ids, str(s.path))
+    _, data, _ = load_selected(cfg)
     imgs = cfg.episodes.include_images
     rep = representatives(data.sessions)
     unique = [s for s in data.sessions if rep[s.key] is s]

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import yaml
 
-from common.config import ConfigError, resolve_path
+from common.config import ConfigError, read_yaml_mapping, resolve_path
 
 DEFAULT_PATH = "configs/experiments.yaml"
 MAIN_CONFIGS = {"locomo": "configs/locomo.yaml", "longmemeval": "configs/longmemeval.yaml"}
@@ -113,10 +113,7 @@ def _variants(raw: Any, where: str, source: Path) -> list[Variant]:
 def load(path: str = DEFAULT_PATH) -> Experiments:
     """Read and check ``configs/experiments.yaml`` (one-line errors naming the key)."""
     source = resolve_path(path)
-    try:
-        data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"experiments file not found: {source}") from None
+    data = read_yaml_mapping(source, "experiments")
     main = data.get("main") or {}
     abl = data.get("ablations") or {}
     exp = Experiments(
@@ -141,10 +138,7 @@ def load(path: str = DEFAULT_PATH) -> Experiments:
 
 def load_subset(path: str | Path) -> Subset:
     p = resolve_path(str(path))
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"subset file not found: {p}") from None
+    data = read_yaml_mapping(p, "subset")
     ids = data.get("question_ids")
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise ConfigError(f"{p}: question_ids: expected a list of question id strings")

@@ -23,9 +23,6 @@ from common import experiments as exp_mod
 from common.config import ConfigError, load_config
 from common.llm import EndpointNotConfigured
 
-STAGES = ("preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate")
-
-
 @dataclass
 class Outcome:
     variant: str
@@ -59,16 +56,14 @@ def plan_runs(group: str, benchmark: str, exp: exp_mod.Experiments, subset_choic
 
 
 def run_variant(configs: list[str], overrides: list[str], variant: str, force: bool = False) -> Outcome:
-    from common.stages import STAGES as FUNCS, Run, StageFailed, check_endpoint  # heavy imports
+    from common.stages import Run, StageFailed, run_pipeline  # heavy imports
 
     cfg = load_config(configs, overrides)
     run = Run(cfg, force=force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
     started = time.time()
     print(f"\n=== {variant}: {cfg.run_dir}", flush=True)
     try:
-        for stage in STAGES:
-            check_endpoint(run, stage)
-            FUNCS[stage](run)
+        run_pipeline(run)
     except (StageFailed, EndpointNotConfigured, ValueError, RuntimeError, OSError) as exc:
         return Outcome(variant, cfg.run_dir, False, time.time() - started, " ".join(str(exc).split()))
     metrics = json.loads((cfg.run_dir / "metrics.json").read_text(encoding="utf-8"))

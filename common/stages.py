@@ -30,6 +30,7 @@ from common.io import StageWriter, read_jsonl, sha256_file, write_json, write_js
 from common.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy
 from common.render import MemoryView
 from common.retrieve import Retriever
+from common.subset import load_selected
 from common.schema import (AnswerRow, Episode, ExtractRow, Gold, PartitionRow, PlanRow, Question,
                            RetrievalRow, Session, from_dict, to_dict)
 
@@ -240,16 +241,7 @@ def check_protocol(run: Run, *, judge: str | None = None, reread: bool = False) 
 # ----------------------------------------------------------------------------- 01
 def preprocess(run: Run) -> None:
     started = time.time()
-    adapter = registry(run.cfg.benchmark)
-    src = adapter.data_path(run.cfg)
-    data = adapter.select(adapter.load(src), run.cfg)
-    subset = None
-    if run.cfg.data.subset:
-        from common import subset as subset_mod
-        from common.experiments import load_subset
-
-        subset = load_subset(run.cfg.data.subset)
-        data = subset_mod.apply(data, subset.question_ids, str(subset.path))
+    src, data, subset = load_selected(run.cfg)
     run_fp = check_protocol(run, reread=True)
     run.dir.mkdir(parents=True, exist_ok=True)
     outs = [run.path("sessions"), run.path("questions"), run.path("gold")]
@@ -399,80 +391,85 @@ def plan(run: Run) -> None:
 
 
 # ----------------------------------------------------------------------------- 06
-def retrieve(run: Run) -> None:
-    check_protocol(run)
-    if not uses_memory_index(run.cfg):
-        return retrieve_baseline(run)
-    started = time.time()
-    questions = load_questions(run)
+@dataclasses.dataclass
+class _Retrieval:
+    """How 06 builds one question's row for the configured method."""
+
+    make: Callable[[Question, Any], RetrievalRow]  # (question, embedder or None) -> row
+    needs_embedder: bool
+    inputs: list[Path]
+    current: dict[str, str]  # qid -> digest of the row's inputs (stale rows are redone)
+    extra: dict[str, Any]
+
+
+def _ensimem_retrieval(run: Run, questions: list[Question], views: dict[str, MemoryView]) -> _Retrieval:
     plans = _by_qid(read_jsonl(run.path("plans")), PlanRow)
-    views = load_views(run)
-    paths = {r["memory_id"]: run.dir / r["path"] for r in read_jsonl(run.path("index"))}
-    index_fp = {r["memory_id"]: r["fingerprint"] for r in read_jsonl(run.path("index"))}
+    index_rows = read_jsonl(run.path("index"))
+    paths = {r["memory_id"]: run.dir / r["path"] for r in index_rows}
+    index_fp = {r["memory_id"]: r["fingerprint"] for r in index_rows}
+    retrievers: dict[str, Retriever] = {}
+
+    def make(q: Question, emb: Any) -> RetrievalRow:
+        if q.memory_id not in retrievers:
+            retrievers[q.memory_id] = Retriever(MemoryIndex.load(paths[q.memory_id]), views[q.memory_id],
+                                                emb, run.cfg.retrieve, run.cfg.episodes.include_images)
+        return retrievers[q.memory_id].retrieve(q, plans[q.qid].plan)
+
     current = {q.qid: digest([q.question, q.question_date, to_dict(plans[q.qid].plan), index_fp.get(q.memory_id)])
                for q in questions}
-    out = run.path("retrievals")
-    guard_settings(run, "06_retrieve", out)
-    writer = StageWriter(out, "qid", force=run.force, redo=lambda r: _stale(r, "qid", current))
-    todo = writer.pending(questions, lambda q: q.qid)
-    emb = run.embedder() if todo else None
-    retrievers: dict[str, Retriever] = {}
-    try:
-        from tqdm import tqdm
-
-        for q in tqdm(todo, desc="06_retrieve", disable=not run.progress or len(todo) < 2, leave=False):
-            if q.memory_id not in retrievers:
-                retrievers[q.memory_id] = Retriever(MemoryIndex.load(paths[q.memory_id]), views[q.memory_id],
-                                                    emb, run.cfg.retrieve, run.cfg.episodes.include_images)
-            row = retrievers[q.memory_id].retrieve(q, plans[q.qid].plan)
-            row.input_digest = current[q.qid]
-            writer.write(to_dict(row))
-    finally:
-        rows = writer.close(order=[q.qid for q in questions])
-    _manifest(run, "06_retrieve", inputs=[run.path("plans"), run.path("index")], outputs=[out],
-                   rows=len(rows), started=started, extra={"mode": run.cfg.retrieve.mode})
-    _summary("06_retrieve", rows, writer.resumed, len(todo), 0, out, started)
+    return _Retrieval(make, True, [run.path("plans"), run.path("index")], current, {"mode": run.cfg.retrieve.mode})
 
 
-def retrieve_baseline(run: Run) -> None:
-    """06 for the harness's own baselines (``common.baselines``): buffer without 02-05."""
+def _baseline_retrieval(run: Run, views: dict[str, MemoryView]) -> _Retrieval:
+    """The harness's own baselines (``common.baselines``): a buffer without 02-05."""
     from common import baselines
 
-    started = time.time()
     method, mcfg, imgs = run.cfg.method.name, run.cfg.method, run.cfg.episodes.include_images
-    questions = load_questions(run)
-    views = load_views(run)
-    out = run.path("retrievals")
-    guard_settings(run, "06_retrieve", out)
-    writer = StageWriter(out, "qid", force=run.force)
-    todo = writer.pending(questions, lambda q: q.qid)
     inputs = [run.path("sessions"), run.path("questions")]
     gold: dict[str, Gold] = {}
     if method in baselines.READS_GOLD:  # the labelled upper bound; no other method opens gold here
         gold = {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}
         inputs.append(run.path("gold"))
     rag: dict[str, Any] = {}
-    emb = run.embedder() if todo and method == "rag_turns" else None
+
+    def make(q: Question, emb: Any) -> RetrievalRow:
+        view = views[q.memory_id]
+        if method == "full_context":
+            return baselines.full_context(q, view, mcfg.context_tokens, imgs)
+        if method == "rag_turns":
+            if q.memory_id not in rag:
+                rag[q.memory_id] = baselines.TurnRetriever(view, emb, imgs)
+            return rag[q.memory_id].retrieve(q, mcfg.rag_k, imgs)
+        if method == "no_memory":
+            return baselines.no_memory(q, view)
+        return baselines.oracle(q, view, gold.get(q.qid), imgs)
+
+    return _Retrieval(make, method == "rag_turns", inputs, {},
+                      {"mode": method, "reads_gold": method in baselines.READS_GOLD})
+
+
+def retrieve(run: Run) -> None:
+    check_protocol(run)
+    started = time.time()
+    questions = load_questions(run)
+    views = load_views(run)
+    how = _ensimem_retrieval(run, questions, views) if uses_memory_index(run.cfg) else _baseline_retrieval(run, views)
+    out = run.path("retrievals")
+    guard_settings(run, "06_retrieve", out)
+    writer = StageWriter(out, "qid", force=run.force, redo=lambda r: _stale(r, "qid", how.current))
+    todo = writer.pending(questions, lambda q: q.qid)
+    emb = run.embedder() if todo and how.needs_embedder else None
     try:
         from tqdm import tqdm
 
         for q in tqdm(todo, desc="06_retrieve", disable=not run.progress or len(todo) < 2, leave=False):
-            view = views[q.memory_id]
-            if method == "full_context":
-                row = baselines.full_context(q, view, mcfg.context_tokens, imgs)
-            elif method == "rag_turns":
-                if q.memory_id not in rag:
-                    rag[q.memory_id] = baselines.TurnRetriever(view, emb, imgs)
-                row = rag[q.memory_id].retrieve(q, mcfg.rag_k, imgs)
-            elif method == "no_memory":
-                row = baselines.no_memory(q, view)
-            else:
-                row = baselines.oracle(q, view, gold.get(q.qid), imgs)
+            row = how.make(q, emb)
+            row.input_digest = how.current.get(q.qid, "")
             writer.write(to_dict(row))
     finally:
         rows = writer.close(order=[q.qid for q in questions])
-    _manifest(run, "06_retrieve", inputs=inputs, outputs=[out], rows=len(rows), started=started,
-              extra={"mode": method, "reads_gold": method in baselines.READS_GOLD})
+    _manifest(run, "06_retrieve", inputs=how.inputs, outputs=[out], rows=len(rows), started=started,
+              extra=how.extra)
     _summary("06_retrieve", rows, writer.resumed, len(todo), 0, out, started)
 
 
@@ -556,6 +553,13 @@ def check_endpoint(run: Run, stage: str) -> None:
         stage in ("episodes", "extract", "plan") and not uses_memory_index(cfg))
     if stage in STAGE_ROLES and not skip:
         run.client(STAGE_ROLES[stage])
+
+
+def run_pipeline(run: Run, stages: tuple[str, ...] | None = None) -> None:
+    """Stages 01-09 in order in this process (runners, the demo), each endpoint checked first."""
+    for stage in stages or tuple(STAGES):
+        check_endpoint(run, stage)
+        STAGES[stage](run)
 
 
 def main(stage: str, benchmark: str, doc: str | None = None) -> None:

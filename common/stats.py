@@ -84,21 +84,15 @@ def run_judges(run_dir: str | Path) -> list[str]:
 
 def category_order(benchmark: str) -> list[str]:
     """Category names in the column order of the paper's Table 1 / Table 2."""
-    if benchmark == "locomo":
-        from common.benchmarks.locomo import CATEGORY_NAMES, SCORED_CATEGORIES
+    from common.benchmarks import registry
 
-        return [CATEGORY_NAMES[c] for c in SCORED_CATEGORIES]
-    from common.benchmarks.longmemeval import QUESTION_TYPES
-
-    return list(QUESTION_TYPES)
+    return list(registry(benchmark).categories)
 
 
 def _category(benchmark: str, gold: Gold) -> str:
-    if benchmark == "locomo":
-        from common.benchmarks.locomo import CATEGORY_NAMES
+    from common.benchmarks import registry
 
-        return CATEGORY_NAMES[gold.category]
-    return gold.question_type
+    return registry(benchmark).category(gold)
 
 
 def _failure_cause(row: Optional[dict[str, Any]]) -> str:

@@ -24,6 +24,8 @@ from common.io import sha256_file
 
 
 def stratum(benchmark: str, gold: Any) -> str:
+    # LoCoMo strata are the category NUMBERS, not the adapter's names: the draw visits strata in
+    # sorted order, and the stored subset was drawn in numeric order.
     return str(gold.category) if benchmark == "locomo" else gold.question_type
 
 
@@ -66,6 +68,20 @@ def apply(data: Any, question_ids: Sequence[str], source: str) -> Any:
     return dataclasses.replace(
         data, questions=questions, gold=[g for g in data.gold if g.qid in wanted],
         sessions=[s for s in data.sessions if s.memory_id in memories])
+
+
+def load_selected(cfg: Any) -> tuple[Path, Any, Any]:
+    """(source file, the data 01_preprocess keeps, the subset or None): limits, then the subset."""
+    from common.benchmarks import registry
+    from common.experiments import load_subset
+
+    adapter = registry(cfg.benchmark)
+    src = adapter.data_path(cfg)
+    data = adapter.select(adapter.load(src), cfg)
+    chosen = load_subset(cfg.data.subset) if cfg.data.subset else None
+    if chosen is not None:
+        data = apply(data, chosen.question_ids, str(chosen.path))
+    return src, data, chosen
 
 
 def main(argv: list[str] | None = None) -> None:

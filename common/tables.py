@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import pandas as pd
-import yaml
 
 from common import experiments as exp_mod
-from common.config import ConfigError, resolve_path
+from common.config import ConfigError, read_yaml_mapping, resolve_path
 from common.io import ArtifactError, read_jsonl, sha256_file
 from common.metrics import accuracy
 
@@ -127,10 +126,7 @@ class Published:
 
 def load_published(path: str = DEFAULT_PUBLISHED) -> Published:
     source = resolve_path(path)
-    try:
-        data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"published rows file not found: {source}") from None
+    data = read_yaml_mapping(source, "published rows")
     pub = Published(source, dict(data.get("protocols") or {}), dict(data.get("tables") or {}),
                     dict(data.get("ablations") or {}))
     for name in ("table1", "table2", "table3", "table10"):
@@ -526,9 +522,9 @@ def _accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], 
 
 
 def table1(ctx: Context) -> Table:
-    from common.benchmarks.locomo import CATEGORY_NAMES, SCORED_CATEGORIES
+    from common.benchmarks import registry
 
-    groups = [CATEGORY_NAMES[c] for c in SCORED_CATEGORIES]
+    groups = list(registry("locomo").categories)
     headers = [g.capitalize() for g in groups] + ["Overall"]
     table = _accuracy_table(ctx, "table1", "locomo", groups, headers,
                             "Table 1: LLM-judge accuracy (%) on LoCoMo, categories 1-4 (category 5 excluded)")

@@ -7,6 +7,25 @@ they run on.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from common.schema import Gold, Question, Session
+
+
+@dataclass(frozen=True)
+class BenchmarkData:
+    """Everything ``01_preprocess`` writes for one benchmark file, in file order."""
+
+    sessions: list[Session]
+    questions: list[Question]
+    gold: list[Gold]
+
+    @property
+    def memory_ids(self) -> list[str]:
+        """Memory ids (LoCoMo conversations, LongMemEval questions) in file order."""
+        ids = [s.memory_id for s in self.sessions] + [q.memory_id for q in self.questions]
+        return list(dict.fromkeys(ids))
+
 
 class DataError(ValueError):
     """A benchmark file is unreadable or does not have the expected layout.

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import FileAdapter
+from common.benchmarks import BenchmarkData, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, iter_items, optional, required, show
 from common.schema import Gold, Question, Session, Turn
 
@@ -50,19 +49,7 @@ _DIA_ID = re.compile(r"D\d+:\d+")
 _EVIDENCE_SEP = re.compile(r"[;,\s]+")
 
 
-@dataclass(frozen=True)
-class LocomoData:
-    """Everything ``01_preprocess`` writes for LoCoMo, in file order."""
-
-    sessions: list[Session]
-    questions: list[Question]
-    gold: list[Gold]
-
-    @property
-    def memory_ids(self) -> list[str]:
-        """Conversation ids (``conv-26`` ...) in file order."""
-        ids = [s.memory_id for s in self.sessions] + [q.memory_id for q in self.questions]
-        return list(dict.fromkeys(ids))
+LocomoData = BenchmarkData  # the shared container; the name reads better in signatures
 
 
 def load_locomo(path: str | Path) -> LocomoData:
@@ -266,6 +253,11 @@ class _LocomoAdapter(FileAdapter):
 
     name, label = "locomo", "LoCoMo"
     default_path, default_env, make_target = "data/locomo10.json", "LOCOMO_JSON", "data"
+    # Judged categories in the column order of the paper's Table 1.
+    categories: tuple[str, ...] = tuple(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES)
+
+    def category(self, gold: Gold) -> str:
+        return CATEGORY_NAMES[gold.category]
 
     def load(self, path: Path) -> LocomoData:
         return load_locomo(path)
@@ -293,7 +285,6 @@ class _LocomoAdapter(FileAdapter):
         answers = {a["qid"]: a for a in read_jsonl(run.path("answers"))}
         rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
         scored = [g for g in gold if g.category in SCORED_CATEGORIES]
-        name = lambda c: CATEGORY_NAMES[c]  # noqa: E731
         out: dict[str, Any] = {
             "benchmark": "locomo", "run": run.cfg.run.name, "config": "config.resolved.yaml",
             "category_names": {str(k): v for k, v in CATEGORY_NAMES.items()},
@@ -304,7 +295,7 @@ class _LocomoAdapter(FileAdapter):
         for j in judges:
             rows = {r["qid"]: r for r in read_jsonl(run.dir / f"08_judge_{j}.jsonl")}
             # A scored question with no judge row is a failure, never a dropped item.
-            joined = [{"cat": name(g.category), "label": rows.get(g.qid, {}).get("label"),
+            joined = [{"cat": self.category(g), "label": rows.get(g.qid, {}).get("label"),
                        "cause": failure_cause(rows.get(g.qid))} for g in scored]
             block = judge_block(joined, "cat")
             any_row = next(iter(rows.values()), {})
@@ -313,9 +304,9 @@ class _LocomoAdapter(FileAdapter):
                 "overall": block["overall"], "by_category": block["by_group"],
                 "failures": block["failures"], "failures_total": block["failures_total"],
             }
-        f1 = [{"cat": name(g.category), "f1": locomo_f1(answers.get(g.qid, {}).get("answer") or "", g.answer, g.category)}
+        f1 = [{"cat": self.category(g), "f1": locomo_f1(answers.get(g.qid, {}).get("answer") or "", g.answer, g.category)}
               for g in scored]
-        recall = [{"cat": name(g.category), "r": evidence_recall(g.evidence, rets.get(g.qid, {}).get("dia_ids", []))}
+        recall = [{"cat": self.category(g), "r": evidence_recall(g.evidence, rets.get(g.qid, {}).get("dia_ids", []))}
                   for g in scored]
         out["f1_official"] = {"overall": describe([r["f1"] for r in f1])["mean"],
                               "by_category": {c: describe([r["f1"] for r in f1 if r["cat"] == c])["mean"]
@@ -337,8 +328,7 @@ class _LocomoAdapter(FileAdapter):
         paths: list[Path] = []
         for j, m in metrics["judges"].items():
             row = {"Method": f"EnSIMem (this harness, run {metrics['run']}), judge {m['judge_model']}"}
-            for c in SCORED_CATEGORIES:
-                cat = CATEGORY_NAMES[c]
+            for cat in self.categories:
                 row[cat.capitalize()] = pct(m["by_category"].get(cat, {"accuracy": None}))
             row["Overall"] = pct(m["overall"])
             title = (f"LoCoMo accuracy (LLM judge {m['judge_model']}, prompt {m['prompt_id']}; categories 1-4, "
