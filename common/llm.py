@@ -7,7 +7,8 @@ concurrency, token accounting and secret handling are written once:
   role in the config, else ``$OPENAI_BASE_URL``, else OpenAI itself when ``$OPENAI_API_KEY``
   is set. The key is read from the environment only and never stored anywhere.
 * A persistent SQLite cache keyed by a hash of everything that changes the output (endpoint,
-  model, messages, decoding parameters, response format), so reruns never pay twice.
+  model, messages, decoding parameters, response format), so reruns never pay twice; identical
+  requests in flight at the same time are sent once (the others wait and read the cache).
 * Retries with capped exponential backoff on 408/409/429/5xx, timeouts, connection errors and
   200 replies without a usable completion (``BadResponse``); any other 4xx fails fast. A call
   that still fails raises ``LLMCallError`` whose ``cause`` names the class: ``http_<status>``,
@@ -26,6 +27,7 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
@@ -271,6 +273,7 @@ class LLMClient:
         self.stats: dict[str, CallStats] = {}
         self._clients: dict[tuple[str, float], openai.OpenAI] = {}
         self._lock = threading.Lock()
+        self._inflight: dict[str, list[Any]] = {}  # cache key -> [lock, waiters]
 
     # ---- setup
     def check_endpoints(self, roles: Iterable[str]) -> None:
@@ -334,6 +337,29 @@ class LLMClient:
         stat = self._stat(role)
         with self._lock:
             stat.calls += 1
+        # Identical requests in flight at once (two questions with the same prompt, a stage and
+        # a rerun sharing a cache) wait for the first: it is paid once, the others hit the cache.
+        with self._single_flight(key):
+            return self._complete_locked(role, settings, base_url, api_key, body, extra, key, stat)
+
+    @contextmanager
+    def _single_flight(self, key: str) -> Iterator[None]:
+        with self._lock:
+            entry = self._inflight.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._inflight[key]
+
+    def _complete_locked(
+        self, role: str, settings: RoleSettings, base_url: str, api_key: str,
+        body: dict[str, Any], extra: dict[str, Any], key: str, stat: "CallStats",
+    ) -> Completion:
         hit = self.cache.get(key)
         if hit is not None:
             with self._lock:

@@ -82,6 +82,37 @@ def test_cache_miss_then_hit(server, tmp_path):
     assert (st["calls"], st["cached"], st["new"], st["failed"]) == (2, 1, 1, 0)
 
 
+def test_identical_requests_in_flight_are_paid_once(tmp_path):
+    with FakeOpenAI(latency=0.3) as slow:
+        client = make_client(slow.base_url, tmp_path, concurrency=8)
+        distinct = [judge_messages(0)] * 6 + [judge_messages(1)] * 2
+        results = [c for _, c in client.map(lambda m: client.complete("judge", m, json_mode=True), distinct)]
+        assert slow.request_count == 2  # one request per distinct prompt, though all 8 were in flight
+        assert sorted(c.cached for c in results) == [False, False] + [True] * 6
+        assert {c.text for c in results if c.cache_key == results[0].cache_key} == {results[0].text}
+        st = client.summary()["judge"]
+        assert (st["calls"], st["cached"], st["new"]) == (8, 6, 2)
+        assert client._inflight == {}  # nothing left behind
+
+
+def test_a_failed_call_in_flight_is_not_shared(tmp_path):
+    """Failures are not cached: a waiter whose leader failed makes its own call."""
+    with FakeOpenAI(faults=FaultPlan(script=["400"]), latency=0.2) as srv:
+        client = make_client(srv.base_url, tmp_path, concurrency=2)
+        outcomes = []
+        for _, c in client.map(lambda m: _outcome(client, m), [judge_messages(0)] * 2):
+            outcomes.append(c)
+        assert sorted(outcomes) == ["http_400", "ok"] and srv.request_count == 2
+
+
+def _outcome(client: LLMClient, messages: list[dict[str, str]]) -> str:
+    try:
+        client.complete("judge", messages)
+        return "ok"
+    except LLMCallError as exc:
+        return exc.cause
+
+
 def test_cache_key_literal_is_pinned():
     payload = {
         "base_url": "http://127.0.0.1:8000/v1",
