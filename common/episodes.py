@@ -13,7 +13,7 @@ from typing import Any
 from common import prompts
 from common.llm import LLMCallError, LLMClient, parse_json_object
 from common.render import render_turns
-from common.repair import complete_with_repair
+from common.repair import complete_with_repair, fallback_error
 from common.schema import Episode, PartitionRow, Session
 from common.text import THEME_TYPES, norm
 
@@ -124,7 +124,7 @@ def partition_session(client: LLMClient, session: Session, mode: str = "theme",
         return row
     except (ValueError, LLMCallError) as exc:
         row.repaired = len(row.llm_calls) > 1
-        row.fallback_used, row.fallback_error = True, f"{type(exc).__name__}: {exc}"
+        row.fallback_used, row.fallback_error = True, fallback_error(exc)
     row.episodes = fixed_episodes(session, "session")
     for ep in row.episodes:
         ep.mode = "theme"  # a fallback episode of a theme run, recorded by fallback_used

@@ -12,7 +12,7 @@ from typing import Any
 from common import prompts
 from common.llm import LLMCallError, LLMClient, parse_json_object
 from common.render import MemoryView
-from common.repair import complete_with_repair
+from common.repair import complete_with_repair, fallback_error
 from common.schema import Episode, ExtractRow, Record
 from common.text import ENTITY_TYPES, MODALITIES, PROJECTION_KINDS, norm, normalize_condition, normprop
 
@@ -128,5 +128,5 @@ def extract_episode(client: LLMClient, view: MemoryView, episode: Episode, granu
     except (ValueError, LLMCallError) as exc:
         # The episode stays retrievable through the lexical and dense routes.
         row.repaired = len(row.llm_calls) > 1
-        row.fallback_used, row.error = True, f"{type(exc).__name__}: {exc}"
+        row.fallback_used, row.error = True, fallback_error(exc)
     return row

@@ -25,6 +25,7 @@ import yaml
 
 from common.config import resolve_path
 from common.io import read_jsonl, write_json
+from common.scoring import failure_cause
 
 PRICES = "configs/prices.yaml"
 # (stage, file, role) for every LLM stage; judge files are globbed.
@@ -48,13 +49,23 @@ def _calls(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _row_failure(row: dict[str, Any]) -> str:
+    """The failure cause of a row, '' if it did not fail.
+
+    Judge rows use the causes of ``metrics.json`` (``common.scoring``) so both files count the same
+    failures the same way; other rows use the ``<cause>`` head of their ``<cause>: <detail>`` error
+    (02/03/05 rows that fell back, 07 rows without an answer).
+    """
+    if "label" in row:
+        return failure_cause(row)
     if row.get("fallback_used"):
-        return "fallback (invalid JSON after repair or failed call)"
-    if "label" in row and row["label"] is None:
-        return (row.get("error") or "unknown").split(":")[0]
+        return _head(row.get("error") or row.get("fallback_error") or "")
     if "answer" in row and (row["answer"] is None or row.get("error")):
-        return (row.get("error") or "unknown").split(":")[0]
+        return _head(row.get("error") or "")
     return ""
+
+
+def _head(error: str) -> str:
+    return error.split(":")[0].strip() or "unknown"
 
 
 def _pct(values: list[float], q: float) -> Optional[float]:

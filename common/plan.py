@@ -15,7 +15,7 @@ from typing import Any
 from common import prompts
 from common.extract import granularity_policy
 from common.llm import LLMCallError, LLMClient, parse_json_object
-from common.repair import complete_with_repair
+from common.repair import complete_with_repair, fallback_error
 from common.schema import Anchor, Hop, Plan, PlanRow, Question, to_dict
 from common.text import ENTITY_TYPES, content_tokens, normalize_condition, normprop
 
@@ -158,7 +158,7 @@ def plan_question(client: LLMClient, question: Question, vocabulary: dict[str, i
             ("plan_user", "plan_repair_user"), row.llm_calls)
     except (ValueError, LLMCallError) as exc:
         row.repaired = len(row.llm_calls) > 1
-        row.fallback_used, row.error = True, f"{type(exc).__name__}: {exc}"
+        row.fallback_used, row.error = True, fallback_error(exc)
         row.plan = fallback_plan(question.question)
     return row
 

@@ -2,13 +2,14 @@
 
 The first reply is parsed and validated; if that raises ``ValueError`` a single repair call is
 made with the error and the failed reply. If the repair fails too (or a call fails), the
-exception reaches the caller, which records its deterministic fallback: nothing is dropped.
+exception reaches the caller, which records its deterministic fallback with ``fallback_error``:
+nothing is dropped.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
-from common.llm import LLMClient
+from common.llm import LLMCallError, LLMClient
 
 T = TypeVar("T")
 Messages = list[dict[str, str]]
@@ -27,3 +28,14 @@ def complete_with_repair(client: LLMClient, role: str, messages: Messages, parse
     second = client.complete(role, repair_messages(error, first.text), json_mode=True)
     calls.append(second.record(prompt_ids[1]))
     return parse(second.text), True
+
+
+def fallback_error(exc: BaseException) -> str:
+    """The row error of a fallback, ``<cause>: <detail>`` like every other stage's row errors.
+
+    ``<cause>`` is the client's (``http_<status>``, ``timeout``, ``connection``, ``bad_response``,
+    ``cache_miss``) for a failed call and ``invalid_reply`` for a reply still invalid after repair.
+    """
+    if isinstance(exc, LLMCallError):
+        return f"{exc.cause}: {exc}"
+    return f"invalid_reply: {type(exc).__name__}: {exc}"

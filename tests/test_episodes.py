@@ -150,7 +150,7 @@ def test_partition_malformed_twice_falls_back(tmp_path):
         row = partition_session(make_client(server, tmp_path), s)
         assert server.request_count == 2
     assert row.fallback_used and row.repaired
-    assert row.fallback_error.startswith("ValueError:") and "JSON" in row.fallback_error
+    assert row.fallback_error.startswith("invalid_reply: ValueError:") and "JSON" in row.fallback_error
     (ep,) = row.episodes
     assert ep.dia_ids == [t.dia_id for t in s.turns]
     assert ep.episode_id == "conv-26::session_1::episode_001"
@@ -171,7 +171,7 @@ def test_partition_http_400_falls_back_without_raising(tmp_path):
         row = partition_session(make_client(server, tmp_path), make_session())
         assert server.request_count == 1  # 400 fails fast: no retry, no repair
     assert row.fallback_used and not row.repaired
-    assert row.fallback_error.startswith("LLMCallError:") and "http_400" in row.fallback_error
+    assert row.fallback_error.startswith("http_400: partition call failed (http_400)")
     assert len(row.episodes) == 1 and row.llm_calls == []
 
 

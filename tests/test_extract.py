@@ -197,7 +197,7 @@ def test_extract_episode_double_malformed_fallback(tmp_path):
                               make_episode(), "broad")
         assert server.request_count == 2
     assert row.fallback_used and row.repaired
-    assert row.records == [] and row.error.startswith("ValueError:")
+    assert row.records == [] and row.error.startswith("invalid_reply: ValueError:")
 
 
 def test_extract_episode_http_error_fallback(tmp_path):

@@ -19,7 +19,8 @@ def test_stage_entry_counts_paid_cached_failed_tokens_latency_and_cost():
     call = lambda p, c, lat, cached, model="m-paid": {"model": model, "usage": {"prompt_tokens": p, "completion_tokens": c},  # noqa: E731
                                                       "latency": lat, "cached": cached}
     rs = [{"qid": "a", "llm_calls": [call(100, 10, 1.0, False), call(50, 5, 0.0, True)]},
-          {"qid": "b", "llm_calls": [call(200, 20, 3.0, False)], "fallback_used": True},
+          {"qid": "b", "llm_calls": [call(200, 20, 3.0, False)], "fallback_used": True,
+           "error": "invalid_reply: PlanError: hops[0].anchor is empty"},
           {"qid": "c", "llm_calls": [call(10, 1, 2.0, False, "unlisted")]}]
     e = ledger.stage_entry("05_plan", "plan", rs, PRICES)
     assert (e["calls"], e["paid"], e["cached"]) == (4, 3, 1)
@@ -29,15 +30,19 @@ def test_stage_entry_counts_paid_cached_failed_tokens_latency_and_cost():
     assert e["cost_paid_usd"] == pytest.approx((300 * 1 + 30 * 2) / 1e6)
     assert e["cost_uncached_usd"] == pytest.approx((350 * 1 + 35 * 2) / 1e6)
     assert e["unpriced_models"] == ["unlisted"]
-    assert sum(e["failed_rows"].values()) == 1
+    assert e["failed_rows"] == {"invalid_reply": 1}
 
 
 def test_single_call_rows_and_judge_failures():
     rs = [{"qid": "a", "judge_model": "m-paid", "cache_key": "k", "usage": {"prompt_tokens": 7, "completion_tokens": 1},
            "latency": 0.5, "cached": False, "label": 1},
-          {"qid": "b", "judge_model": "m-paid", "cache_key": "", "label": None, "error": "timeout: read timed out"}]
+          {"qid": "b", "judge_model": "m-paid", "cache_key": "", "label": None, "error": "timeout: read timed out"},
+          {"qid": "c", "judge_model": "m-paid", "cache_key": "", "label": None, "error": "no_answer: empty_answer"},
+          {"qid": "d", "judge_model": "m-paid", "cache_key": "", "label": None, "error": "no_answer: http_500: x"}]
     e = ledger.stage_entry("08_judge_x", "judge", rs, PRICES)
-    assert (e["calls"], e["paid"]) == (1, 1) and e["failed_rows"] == {"timeout": 1}
+    # The same causes as metrics.json (common.scoring), so the two files agree row for row.
+    assert (e["calls"], e["paid"]) == (1, 1)
+    assert e["failed_rows"] == {"judge_api_error": 1, "empty_answer": 1, "answer_api_error": 1}
 
 
 def test_run_ledger_and_efficiency_match_the_artifacts(tmp_path, fake_server, monkeypatch):

@@ -225,7 +225,7 @@ def test_plan_question_fallback(tmp_path):
     with FakeOpenAI(faults=plan_) as server:
         row = plan_question(make_client(server, tmp_path), QUESTION, VOCAB, granularity="broad", vocabulary_max=10)
         assert server.request_count == 2
-    assert row.repaired and row.fallback_used and row.error.startswith("ValueError:")
+    assert row.repaired and row.fallback_used and row.error.startswith("invalid_reply: ValueError:")
     assert row.plan == fallback_plan(QUESTION.question)
 
 

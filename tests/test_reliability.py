@@ -6,9 +6,8 @@ independent account of what happened on the wire.
 
 Failure vocabulary recorded per row (what the aggregate step can count):
 
-* 02/03/05 rows: ``fallback_used`` with ``fallback_error`` (02) / ``error`` (03, 05). An API
-  failure reads ``LLMCallError: <role> call failed (<cause>): ...``; a reply still invalid after
-  the repair call reads ``<ExceptionClass>: ...`` (``ValueError``, ``PartitionError``, ``PlanError``).
+* 02/03/05 rows: ``fallback_used`` with ``fallback_error`` (02) / ``error`` (03, 05) =
+  ``<cause>: ...``; a reply still invalid after the repair call has cause ``invalid_reply``.
 * 07 rows: ``error`` = ``<cause>: ...`` with ``answer`` None, or ``empty_answer`` with answer "".
 * 08 rows: ``label`` None and ``error`` = ``<cause>: ...``, ``judge_parse_error: ...`` or
   ``no_answer: <the answer row's error>`` (failed or empty answer; no judge call is made).
@@ -20,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import sqlite3
 import subprocess
 import sys
@@ -99,11 +97,8 @@ def server_calls(server: FakeOpenAI, max_attempts: int) -> list[Call]:
 
 
 def recorded_cause(text: str) -> Optional[str]:
-    """Failure class of a 02/03/05 row's error text: the client's cause, else an invalid reply."""
-    if not text:
-        return None
-    m = re.search(r"call failed \((\w+)\)", text)
-    return m.group(1) if m else "invalid_reply"
+    """Failure class of a 02/03/05 row's error text: ``<cause>: ...``."""
+    return text.split(":")[0] if text else None
 
 
 def judge_label(content: str) -> Optional[int]:
