@@ -107,51 +107,6 @@ def _by_qid(rows: list[dict[str, Any]], cls: type) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- helpers
-# The settings each stage's rows depend on, cumulatively (a row is stale when anything upstream
-# changed). Question selection (data.*) is deliberately absent: a larger LIMIT extends a run.
-_STAGE_SETTINGS = {
-    "02_episodes": ("role:partition", "episodes"),
-    "03_extract": ("role:extract", "extract"),
-    "04_index": ("embedding", "index"),
-    "05_plan": ("role:plan", "plan"),
-    "06_retrieve": ("retrieve", "method"),
-    "07_answer": ("role:answer",),
-}
-_CHAIN = list(_STAGE_SETTINGS)
-
-
-def stage_settings(cfg: Config, stage: str) -> dict[str, Any]:
-    """Everything (this stage and upstream) that changes the rows ``stage`` writes."""
-    if stage.startswith("08_judge"):
-        keys = [k for s in _CHAIN for k in _STAGE_SETTINGS[s]] + ["role:judge", "judge"]
-    else:
-        keys = [k for s in _CHAIN[: _CHAIN.index(stage) + 1] for k in _STAGE_SETTINGS[s]]
-    out: dict[str, Any] = {}
-    for key in keys:
-        if key.startswith("role:"):
-            out[key] = dataclasses.asdict(cfg.role(key[5:]))
-        else:
-            out[key] = dataclasses.asdict(getattr(cfg, key))
-    return out
-
-
-def guard_settings(run: Run, stage: str, out: Path) -> None:
-    """Refuse to resume or reuse rows made under other settings (``--force`` or a new run name)."""
-    import json
-
-    sidecar = out.with_name(out.name + ".settings.json")
-    current = json.loads(json.dumps(stage_settings(run.cfg, stage)))
-    if out.exists() and sidecar.exists() and not run.force:
-        before = json.loads(sidecar.read_text(encoding="utf-8"))
-        if before != current:
-            diff = next(f"{k}.{f}: {before.get(k, {}).get(f)!r} -> {v!r}" for k in current
-                        for f, v in current[k].items() if before.get(k, {}).get(f) != v) \
-                if all(k in before for k in current) else "settings sections differ"
-            raise StageFailed(f"{out} was made with other settings ({diff}); rerun the stage with "
-                              "--force, or use a new run name (RUN=... / --run ...)")
-    write_json(sidecar, current)
-
-
 def _manifest(run: Run, stage: str, *, extra: dict | None = None, **kw: Any) -> None:
     """Stage manifest with the resolved config, so each artifact names the settings it came from."""
     write_manifest(run.dir, stage, extra={**(extra or {}), "config": dataclasses.asdict(run.cfg)}, **kw)
@@ -181,7 +136,6 @@ def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_f
     """
     started = time.time()
     client = run.client((role,))
-    guard_settings(run, name, out)
     current = {key_fn(i): digest_fn(i) for i in items} if digest_fn else {}
     redo = (lambda r: (redo_failed and failed(r)) or _stale(r, key, current)) if (redo_failed or digest_fn) else None
     writer = StageWriter(out, key, force=run.force, redo=redo)
@@ -345,7 +299,6 @@ def index(run: Run) -> None:
     for r in read_jsonl(run.path("records")):
         recs_by[r["memory_id"]].extend(from_dict(ExtractRow, r).records)
     out = run.path("index")
-    guard_settings(run, "04_index", out)
     old = {r["memory_id"]: r for r in read_jsonl(out)} if out.exists() and not run.force else {}
     emb = run.embedder()
     settings = {"model": emb.model_id, **dataclasses.asdict(run.cfg.index),
@@ -455,7 +408,6 @@ def retrieve(run: Run) -> None:
     views = load_views(run)
     how = _ensimem_retrieval(run, questions, views) if uses_memory_index(run.cfg) else _baseline_retrieval(run, views)
     out = run.path("retrievals")
-    guard_settings(run, "06_retrieve", out)
     writer = StageWriter(out, "qid", force=run.force, redo=lambda r: _stale(r, "qid", how.current))
     todo = writer.pending(questions, lambda q: q.qid)
     emb = run.embedder() if todo and how.needs_embedder else None

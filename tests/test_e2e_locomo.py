@@ -158,6 +158,22 @@ def test_preprocess_counts_on_the_whole_real_file(tmp_path, real_locomo):
     assert sum(cats[c] for c in (1, 2, 3, 4)) == 1540
 
 
+def test_a_new_endpoint_for_the_same_models_resumes_the_run(tmp_path, fake_server, monkeypatch):
+    """Endpoints are not protocol: moving a finished run to another server serving the same models
+    is neither refused nor paid again (its rows are kept; only missing rows would be asked for)."""
+    from tests.fake_openai import FakeOpenAI
+
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    sets = run_overrides(tmp_path, TINY_LOCOMO)
+    run = run_stages(sets, ORDER[:7])
+    before = {p.name: p.read_bytes() for p in run.dir.glob("0[2-7]_*.jsonl")}
+    with FakeOpenAI() as other:
+        moved = sets + [f"models.default.base_url={other.base_url}", "models.default.timeout=7"]
+        run_stages(moved, ORDER[1:7])
+        assert other.request_count == 0
+    assert {p.name: p.read_bytes() for p in run.dir.glob("0[2-7]_*.jsonl")} == before
+
+
 def test_changed_settings_are_refused_instead_of_mixed(tmp_path, fake_server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
     sets = run_overrides(tmp_path, TINY_LOCOMO)
