@@ -9,7 +9,8 @@ embeds the query side with the configured model. Two variants, each over all que
 * ``no_cache``: no embedding cache at all, every query-side text goes through the model.
 
 Excluded, and reported apart: loading the model, the index and BM25, and the tokenizer (once
-per process). No LLM is called.
+per process). No LLM is called: plans that declare a bridge are retrieved without resolving it
+(the bridge call is LLM time; the full run's 06 makes it and records it in ``bridge_seconds``).
 """
 from __future__ import annotations
 

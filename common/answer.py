@@ -27,7 +27,7 @@ def answer_messages(question: Question, plan: Plan | None, retrieval: RetrievalR
         return [{"role": "system", "content": prompts.load(f"{pid}_system")}, {"role": "user", "content": user}]
     user = prompts.render(
         "answer_user", question_date=date, question=question.question,
-        plan=compact_plan(plan), episodes=retrieval.buffer_text or "(no episodes retrieved)",
+        plan=compact_plan(plan, retrieval.bridges), episodes=retrieval.buffer_text or "(no episodes retrieved)",
     )
     return [{"role": "system", "content": prompts.load("answer_system")}, {"role": "user", "content": user}]
 

@@ -19,7 +19,7 @@ import yaml
 
 from common.llm import RoleSettings
 
-ROLES = ("partition", "extract", "plan", "answer", "judge")
+ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -52,6 +52,7 @@ class ModelsConfig:
     partition: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=4096))
     extract: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=8192))
     plan: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=4096))
+    bridge: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=512))  # authors' code: 512
     answer: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=256))
     judge: RoleConfig = field(default_factory=lambda: RoleConfig(model="gpt-4o-mini-2024-07-18"))
 
@@ -145,6 +146,11 @@ class RetrieveConfig:
     temporal_neighbors: int = 0  # episodes on each side kept for temporal plans (date context)
     max_episodes: int = 60  # hard cap per question, after merging hops
     max_buffer_tokens: int = 20000  # episodes are added in rank order; one that would exceed this is skipped
+    # A hop with a ``bridge_request`` gets one LLM call (role ``bridge``) over its selected
+    # episodes; the value replaces ``$hN.bridge`` in the anchors of the hops that depend on it.
+    # false: the placeholder is dropped and those hops rely on their other fields.
+    bridges: bool = True
+    bridge_context_k: int = 24  # selected episodes shown to the bridge call, in hop rank order
 
 
 @dataclass

@@ -29,6 +29,8 @@ ASSUME = {
     "partition_out_per_turn": 12,    # segment JSON per turn (ids, themes, reasons)
     "extract_out_per_turn": 70,      # about 1.5 records of ~45 tokens per turn
     "plan_out": 350,                 # one hop plan with anchors
+    "bridges_per_question": 0.1,     # hops declaring a bridge, before 05 has run (then counted)
+    "bridge_out": 40,
     "ensimem_buffer": 7470,          # the paper's Table 3 mean context tokens (capped by max_buffer_tokens)
     "plan_text_in_answer": 150,
     "answer_out": 20,
@@ -48,6 +50,25 @@ def _existing(run_dir: Path, name: str) -> int:
         return 0
     with path.open(encoding="utf-8") as f:
         return sum(1 for line in f if line.strip())
+
+
+def _bridges(run_dir: Path, qids: set[str]) -> tuple[int, str]:
+    """Bridge calls: counted from the plans when 05 has planned every question, else assumed."""
+    from common.io import read_jsonl
+
+    path = run_dir / "05_plans.jsonl"
+    plans = {r["qid"]: r for r in read_jsonl(path)} if path.exists() else {}
+    if qids and qids <= set(plans):
+        n = sum(1 for q in qids for h in plans[q]["plan"]["hops"] if h.get("bridge_request"))
+        return n, "counted from 05_plans.jsonl"
+    return round(ASSUME["bridges_per_question"] * len(qids)), "bridges per question assumed (plans not made yet)"
+
+
+def _bridges_done(run_dir: Path) -> int:
+    from common.io import read_jsonl
+
+    path = run_dir / "06_retrievals.jsonl"
+    return sum(len(r.get("bridges", [])) for r in read_jsonl(path)) if path.exists() else 0
 
 
 def estimate(cfg: Config) -> dict[str, Any]:
@@ -98,6 +119,12 @@ def estimate(cfg: Config) -> dict[str, Any]:
         add("05_plan", "plan", nq, tin, ASSUME["plan_out"] * nq, _existing(run_dir, "05_plans.jsonl"),
             f"exact templates; vocabulary of {cfg.plan.vocabulary_max} properties assumed")
         buffer = min(ASSUME["ensimem_buffer"], cfg.retrieve.max_buffer_tokens) + ASSUME["plan_text_in_answer"]
+        if cfg.retrieve.bridges and cfg.retrieve.mode != "dense_only":
+            n_bridges, basis = _bridges(run_dir, {q.qid for q in data.questions})
+            overhead = count_tokens(prompts.load("bridge_system")) + count_tokens(prompts.load("bridge_user")) + 60
+            add("06_retrieve", "bridge", n_bridges, n_bridges * (overhead + ASSUME["ensimem_buffer"]),
+                ASSUME["bridge_out"] * n_bridges, _bridges_done(run_dir),
+                f"{basis}; context assumed the paper's mean buffer")
         answer_prompt = "answer_system"
     else:
         by_memory: dict[str, int] = {}

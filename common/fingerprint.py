@@ -6,7 +6,7 @@ fingerprint hashes all of them; it is printed beside every score, stored in ``me
 and a run directory refuses to resume (mix rows) under a different one.
 
 * The RUN fingerprint covers everything up to the answers: dataset sha256, the text of every
-  non-judge prompt, the partition/extract/plan/answer models and decoding parameters, and the
+  non-judge prompt, the partition/extract/plan/bridge/answer models and decoding parameters, and the
   method sections of the config (episodes, extract, embedding model, index, plan, retrieve,
   method). Question selection (limit, subset) is not part of it: a larger selection extends a
   run, and every table states its k/n.
@@ -28,7 +28,7 @@ from common.config import Config
 from common.prompts import PROMPT_DIR
 
 # Bump when a code change alters any artifact or score for the same config and data.
-PROTOCOL_VERSION = "2026.11.1"
+PROTOCOL_VERSION = "2026.11.2"  # .2: bridges resolved in 06
 
 METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "plan", "retrieve", "method")
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
@@ -65,7 +65,7 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         "benchmark": cfg.benchmark,
         "dataset_sha256": dataset_sha256,
         "prompts": _prompt_hashes(judge=False),
-        "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "answer")},
+        "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer")},
         "method": {s: _clean(dataclasses.asdict(getattr(cfg, s))) for s in METHOD_SECTIONS},
     }
 

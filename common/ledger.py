@@ -1,16 +1,18 @@
 """The cost and latency ledger of a run, and its online efficiency (the paper's Table 3).
 
 Everything is read back from the per-row call records the stages wrote (``llm_calls`` in 02,
-03 and 05 rows; ``usage``/``latency``/``cached`` in 07 and 08 rows), so the ledger describes
-the artifacts as they are, whatever number of processes, resumes and reruns made them.
+03, 05 and 06 rows, the latter for bridge calls; ``usage``/``latency``/``cached`` in 07 and 08
+rows), so the ledger describes the artifacts as they are, whatever number of processes, resumes
+and reruns made them.
 
     python -m common.ledger results/locomo/paper
 
 * Per stage and role: calls, how many were paid in this run and how many came from the cache,
   failed rows by cause, input and output tokens, latency mean/p50/p95 of paid calls, and the
   estimated cost from ``configs/prices.yaml`` (paid calls; and what the same calls cost uncached).
-* Per question (Table 3): planning seconds (the 05 calls), retrieval seconds (06), generation
-  seconds (07), their sum, and the evidence buffer's tokens (o200k, counted offline).
+* Per question (Table 3): planning seconds (the 05 calls), retrieval seconds (06, including its
+  bridge calls), generation seconds (07), their sum, and the evidence buffer's tokens (o200k,
+  counted offline).
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from common.scoring import failure_cause
 PRICES = "configs/prices.yaml"
 # (stage, file, role) for every LLM stage; judge files are globbed.
 LLM_STAGES = (("02_episodes", "02_episodes.jsonl", "partition"), ("03_extract", "03_records.jsonl", "extract"),
-              ("05_plan", "05_plans.jsonl", "plan"), ("07_answer", "07_answers.jsonl", "answer"))
+              ("05_plan", "05_plans.jsonl", "plan"), ("06_retrieve", "06_retrievals.jsonl", "bridge"),
+              ("07_answer", "07_answers.jsonl", "answer"))
 
 
 def load_prices(path: str = PRICES) -> dict[str, Any]:
@@ -150,7 +153,7 @@ def efficiency(run_dir: Path, qids: Optional[set[str]] = None) -> dict[str, Any]
             continue
         plan_calls = plans.get(qid, {}).get("llm_calls", [])
         ans = answers.get(qid, {})
-        cached += sum(bool(c.get("cached")) for c in plan_calls) + bool(ans.get("cached"))
+        cached += sum(bool(c.get("cached")) for c in plan_calls + ret.get("llm_calls", [])) + bool(ans.get("cached"))
         plan_s = float(sum(c.get("latency") or 0.0 for c in plan_calls))
         gen_s = float(ans.get("latency") or 0.0)
         ret_s = float(ret.get("seconds") or 0.0)

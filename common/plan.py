@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Optional
 
 from common import prompts
+from common.bridge import PLACEHOLDER
 from common.extract import granularity_policy
 from common.llm import LLMCallError, LLMClient, parse_json_object
 from common.repair import complete_with_repair, fallback_error
-from common.schema import Anchor, Hop, Plan, PlanRow, Question, to_dict
+from common.schema import Anchor, Bridge, Hop, Plan, PlanRow, Question, to_dict
 from common.text import ENTITY_TYPES, content_tokens, normalize_condition, normprop
 
 PROMPT_IDS = ("plan_system", "plan_user", "plan_repair_system", "plan_repair_user")
@@ -26,7 +27,6 @@ REASONING_TYPES = ("direct", "aggregation", "comparison", "temporal", "causal", 
 SCOPES = ("point", "all_matching")
 ROLES = ("entity", "relation", "answer_property", "time", "constraint")
 _HOP_ID = re.compile(r"^h\d+$")
-_BRIDGE = re.compile(r"\$(h\d+)\.bridge")
 
 
 class PlanError(ValueError):
@@ -89,7 +89,7 @@ def normalize_plan(raw: dict[str, Any]) -> Plan:
         raw_deps = h.get("depends_on") or []
         raw_deps = [raw_deps] if isinstance(raw_deps, (str, int)) else raw_deps
         deps = [_str(d).lower() for d in raw_deps if _str(d)] if isinstance(raw_deps, list) else []
-        deps += [m for f in (anchor.entity, anchor.value, anchor.condition_value) for m in _BRIDGE.findall(f)]
+        deps += [m for f in (anchor.entity, anchor.value, anchor.condition_value) for m in PLACEHOLDER.findall(f)]
         earlier = {x.hop_id for x in hops}
         bad = [d for d in deps if d not in earlier]
         if bad:
@@ -163,6 +163,15 @@ def plan_question(client: LLMClient, question: Question, vocabulary: dict[str, i
     return row
 
 
-def compact_plan(plan: Plan) -> str:
-    """The plan as shown to the answer model (navigation aid, not evidence)."""
-    return json.dumps(to_dict(plan), ensure_ascii=False, indent=1)
+def compact_plan(plan: Plan, bridges: Optional[list[Bridge]] = None) -> str:
+    """The plan as shown to the answer model (navigation aid, not evidence).
+
+    A hop whose bridge was resolved in 06 also shows ``bridge_value`` (as the authors' answer
+    step does); plans without bridges render exactly as before.
+    """
+    data = to_dict(plan)
+    values = {b.hop_id: b.value for b in bridges or []}
+    for hop in data["hops"]:
+        if hop["hop_id"] in values:
+            hop["bridge_value"] = values[hop["hop_id"]]
+    return json.dumps(data, ensure_ascii=False, indent=1)

@@ -9,12 +9,13 @@ For every hop of the plan three routes propose episodes:
 The plan sets the budget: a point hop keeps the best structured episodes and, unless a
 confident structured match already covers the requirement, a few fallback episodes; an
 all_matching hop (counts, lists, comparisons, intervals) keeps every structured match plus the
-fallback candidates. Hops are merged by episode id, each episode keeping the hop, route, record
-and score that selected it, and the buffer renders the ORIGINAL turns in conversation order.
+fallback candidates. Hops run in plan order: a hop that declares a bridge has it resolved over
+its selected episodes (``common.bridge``, one LLM call) before the hops that use ``$hN.bridge``
+search. Hops are merged by episode id, each episode keeping the hop, route, record and score
+that selected it, and the buffer renders the ORIGINAL turns in conversation order.
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -22,16 +23,16 @@ from typing import Any, Optional
 import numpy as np
 from rapidfuzz import fuzz, process
 
+from common.bridge import Resolver, resolve_anchor
 from common.config import RetrieveConfig, ScopeBudget
 from common.index import EMBEDDED_FIELDS, MemoryIndex, field_text
 from common.render import MemoryView, render_buffer
-from common.schema import Anchor, Episode, Hop, Plan, Question, RetrievalRow, Selected
+from common.schema import Anchor, Bridge, Episode, Hop, Plan, Question, RetrievalRow, Selected
 from common.text import content_tokens, norm, normprop, tokens
 from common.tokens import count_tokens
 
 FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "condition_value")
 GENERIC_PROPERTIES = frozenset({"activity", "event", "thing", "other", "fact"})
-_BRIDGE = re.compile(r"\$h\d+\.bridge")
 ROUTE_PRIORITY = {"structured": 0, "lexical": 1, "dense": 1, "fused": 1, "neighbor": 2}
 
 
@@ -181,9 +182,9 @@ class Retriever:
         return sorted(out, key=lambda h: (-h.score, h.pos))[: budget.fallback_k]
 
     # ------------------------------------------------------------------ per hop and merge
-    def hop_hits(self, question: str, hop: Hop, scope: str) -> tuple[list[Hit], bool]:
+    def hop_hits(self, question: str, anchor: Anchor, scope: str) -> tuple[list[Hit], bool]:
+        """One hop's episodes for its (bridge-resolved) anchor, and whether it is covered."""
         cfg = self.cfg
-        anchor = Anchor(**{f: _BRIDGE.sub("", getattr(hop.anchor, f)).strip() for f in FIELDS})
         budget = cfg.all_matching if scope == "all_matching" else cfg.point
         structured = self.structured(anchor)
         covered = bool(structured) and structured[0].score >= cfg.coverage_score
@@ -203,17 +204,40 @@ class Retriever:
             self._episode_tokens[pos] = count_tokens(self.view.episode_text(ep, self.include_images))
         return self._episode_tokens[pos]
 
-    def retrieve(self, question: Question, plan: Plan) -> RetrievalRow:
+    def _resolve_bridge(self, resolve: Resolver, hop: Hop, anchor: Anchor, hits: list[Hit]
+                        ) -> tuple[Bridge, list[dict[str, Any]], float]:
+        """The hop's bridge over its first ``bridge_context_k`` episodes; also the wall time spent."""
+        positions = list(dict.fromkeys(h.pos for h in hits))[: self.cfg.bridge_context_k]
+        eps = [self.index.episodes[p] for p in positions]
+        t = time.perf_counter()
+        bridge, calls = resolve(hop, anchor, render_buffer(self.view, eps, self.include_images),
+                                [e.episode_id for e in eps])
+        return bridge, calls, time.perf_counter() - t
+
+    def retrieve(self, question: Question, plan: Plan, resolve: Optional[Resolver] = None) -> RetrievalRow:
+        """The question's evidence buffer; ``resolve`` answers declared bridges (None: bridges off)."""
         t0 = time.perf_counter()
         cfg = self.cfg
         selected: dict[int, Selected] = {}
         coverage: dict[str, bool] = {}
+        anchors: dict[str, Anchor] = {}
+        bridges: list[Bridge] = []
+        calls: list[dict[str, Any]] = []
+        in_resolver = 0.0  # wall time inside bridge calls (may include waiting for other threads)
         if cfg.mode == "dense_only":
             for h in self.dense(question.question, cfg.fixed_k):
                 selected[h.pos] = Selected(self.index.episodes[h.pos].episode_id, "question", "dense", h.score)
         else:
-            for hop in plan.hops:
-                hits, coverage[hop.hop_id] = self.hop_hits(question.question, hop, plan.retrieval_scope)
+            values: dict[str, str] = {}
+            for hop in plan.hops:  # plan order: a hop only depends on earlier hops (05 validates)
+                anchor = anchors[hop.hop_id] = resolve_anchor(hop.anchor, values)
+                hits, coverage[hop.hop_id] = self.hop_hits(question.question, anchor, plan.retrieval_scope)
+                if hop.bridge_request and resolve is not None:
+                    bridge, hop_calls, spent = self._resolve_bridge(resolve, hop, anchor, hits)
+                    values[hop.hop_id] = bridge.value
+                    bridges.append(bridge)
+                    calls += hop_calls
+                    in_resolver += spent
                 for h in hits:
                     cur = selected.get(h.pos)
                     cand = Selected(self.index.episodes[h.pos].episode_id, hop.hop_id, h.route, h.score, h.record_id)
@@ -232,13 +256,19 @@ class Retriever:
         episodes = [self.index.episodes[p] for p, _ in kept]
         buffer = render_buffer(self.view, episodes, self.include_images)
         ordered = sorted(episodes, key=lambda e: self.view.position[e.dia_ids[0]])
+        # Retrieval time = our own compute plus the bridge calls' latency (the original call's
+        # when cached, like every efficiency figure), not the time spent queued behind other work.
+        bridge_seconds = sum(float(c.get("latency") or 0.0) for c in calls)
+        failed = [b.error for b in bridges if b.error]
         return RetrievalRow(
             qid=question.qid, memory_id=question.memory_id, question=question.question,
             mode=cfg.mode, scope=plan.retrieval_scope, reasoning_type=plan.reasoning_type,
             selected=[s for _, s in kept], episode_ids=[e.episode_id for e in ordered],
             dia_ids=[d for e in ordered for d in e.dia_ids], coverage=coverage,
             buffer_text=buffer, buffer_tokens=count_tokens(buffer) if buffer else 0,
-            seconds=round(time.perf_counter() - t0, 4),
+            seconds=round(time.perf_counter() - t0 - in_resolver + bridge_seconds, 4),
+            resolved_anchors=anchors, bridges=bridges, bridge_seconds=round(bridge_seconds, 4),
+            fallback_used=bool(failed), error=failed[0] if failed else "", llm_calls=calls,
         )
 
     def _add_neighbors(self, selected: dict[int, Selected]) -> None:

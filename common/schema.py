@@ -240,6 +240,19 @@ class Selected:
 
 
 @dataclass
+class Bridge:
+    """A hop's declared bridge: the value its dependent hops search with, from one LLM call."""
+
+    hop_id: str
+    request: str  # the plan's bridge_request
+    value: str = ""  # "" when the episodes do not establish it, or the call failed
+    supporting_episode_ids: list[str] = field(default_factory=list)  # within the call's context
+    context_episode_ids: list[str] = field(default_factory=list)  # what the call was shown
+    repaired: bool = False
+    error: str = ""  # "<cause>: <detail>" when the call failed or the reply stayed invalid
+
+
+@dataclass
 class RetrievalRow:
     qid: str
     memory_id: str
@@ -253,9 +266,16 @@ class RetrievalRow:
     coverage: dict[str, bool]  # hop_id -> a structured match above the bar was found
     buffer_text: str
     buffer_tokens: int
-    seconds: float = 0.0
+    seconds: float = 0.0  # retrieval compute plus the bridge calls' latency (Table 3 "retrieval")
     method_info: dict[str, Any] = field(default_factory=dict)  # baselines: truncation, scores, source
     input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)
+    # hop_id -> the anchor searched with, after $hN.bridge placeholders were replaced
+    resolved_anchors: dict[str, Anchor] = field(default_factory=dict)
+    bridges: list[Bridge] = field(default_factory=list)
+    bridge_seconds: float = 0.0  # the bridge calls' latency within ``seconds``
+    fallback_used: bool = False  # a bridge call failed or its reply stayed invalid (value "")
+    error: str = ""  # the first such bridge error
+    llm_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- 07 answer

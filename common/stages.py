@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common import answer as answer_mod
+from common import bridge as bridge_mod
 from common import fingerprint, scoring
 from common import episodes as episodes_mod
 from common import extract as extract_mod
@@ -125,17 +126,21 @@ def _stale(row: dict, key: str, current: dict[str, str]) -> bool:
 
 
 def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
-               work: Callable[[Any], Any], role: str, inputs: list[Path], failed: Callable[[Any], bool],
-               redo_failed: bool = True, digest_fn: Callable[[Any], str] | None = None) -> list[dict]:
-    """Shared loop of the LLM stages: resume, map concurrently, write as completed, manifest.
+               work: Callable[[Any], Any], role: str | None, inputs: list[Path], failed: Callable[[Any], bool],
+               redo_failed: bool = True, digest_fn: Callable[[Any], str] | None = None,
+               extra: dict[str, Any] | None = None) -> list[dict]:
+    """Shared loop of the row stages: resume, map concurrently, write as completed, manifest.
 
     Rows that failed in an earlier invocation are done again (their successful calls come from
     the cache, so only the failed calls are paid for); ``redo_failed=False`` keeps them. With
     ``digest_fn``, each row records the digest of its input and a row whose input has changed
-    since (an upstream row was redone) is done again too.
+    since (an upstream row was redone) is done again too. ``role=None``: a stage that makes no
+    LLM call this time (06 without bridges) runs its items one after the other.
     """
+    from tqdm import tqdm
+
     started = time.time()
-    client = run.client((role,))
+    client = run.client((role,)) if role else None
     current = {key_fn(i): digest_fn(i) for i in items} if digest_fn else {}
     redo = (lambda r: (redo_failed and failed(r)) or _stale(r, key, current)) if (redo_failed or digest_fn) else None
     writer = StageWriter(out, key, force=run.force, redo=redo)
@@ -147,17 +152,18 @@ def _llm_stage(run: Run, name: str, out: Path, key: str, items: list[Any], key_f
             row = inner(item)
             row.input_digest = current[key_fn(item)]
             return row
+    done = client.map(work, todo, desc=name, progress=run.progress) if client else (
+        (i, work(i)) for i in tqdm(todo, desc=name, disable=not run.progress or len(todo) < 2, leave=False))
     try:
-        for _, row in client.map(work, todo, desc=name, progress=run.progress):
+        for _, row in done:
             writer.write(to_dict(row))
     finally:
         rows = writer.close(order=[key_fn(i) for i in items])
     n_failed = sum(1 for r in rows if failed(r))
-    llm = client.summary().get(role, {})
+    llm = client.summary().get(role, {}) if client and role else {}
     _manifest(run, name, inputs=inputs, outputs=[out], rows=len(rows), started=started,
-                   extra={"resumed_rows": writer.resumed, "redone_rows": writer.redone, "new_rows": len(todo),
-                          "failed_rows": n_failed,
-                          "llm": llm})
+                   extra={**(extra or {}), "resumed_rows": writer.resumed, "redone_rows": writer.redone,
+                          "new_rows": len(todo), "failed_rows": n_failed, "llm": llm})
     _summary(name, rows, writer.resumed, len(todo), n_failed, out, started, llm)
     if rows and n_failed / len(rows) > run.cfg.run.max_error_rate:
         raise StageFailed(f"{name}: {n_failed}/{len(rows)} rows failed (> run.max_error_rate "
@@ -348,11 +354,34 @@ def plan(run: Run) -> None:
 class _Retrieval:
     """How 06 builds one question's row for the configured method."""
 
-    make: Callable[[Question, Any], RetrievalRow]  # (question, embedder or None) -> row
+    make: Callable[[Question, Any, Any], RetrievalRow]  # (question, embedder, bridge client) -> row
     needs_embedder: bool
     inputs: list[Path]
     current: dict[str, str]  # qid -> digest of the row's inputs (stale rows are redone)
     extra: dict[str, Any]
+    bridge_role: str | None = None  # "bridge" when some plan declares a bridge and bridges are on
+
+
+class _CallsOutsideLock:
+    """The LLM client as the retrieval code sees it from inside 06's lock.
+
+    Retrieval compute runs one question at a time (one embedder, shared per-memory retrievers),
+    but a bridge call releases the lock while it waits for the endpoint, so other questions'
+    retrieval and bridge calls proceed: 06 is as concurrent as the other LLM stages.
+    """
+
+    def __init__(self, client: LLMClient, lock: Any):
+        self._client, self._lock = client, lock
+
+    def settings(self, role: str) -> Any:
+        return self._client.settings(role)
+
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        self._lock.release()
+        try:
+            return self._client.complete(*args, **kwargs)
+        finally:
+            self._lock.acquire()
 
 
 def _ensimem_retrieval(run: Run, questions: list[Question], views: dict[str, MemoryView]) -> _Retrieval:
@@ -361,16 +390,20 @@ def _ensimem_retrieval(run: Run, questions: list[Question], views: dict[str, Mem
     paths = {r["memory_id"]: run.dir / r["path"] for r in index_rows}
     index_fp = {r["memory_id"]: r["fingerprint"] for r in index_rows}
     retrievers: dict[str, Retriever] = {}
+    rcfg = run.cfg.retrieve
+    bridges = rcfg.bridges and rcfg.mode != "dense_only" and any(
+        h.bridge_request for p in plans.values() for h in p.plan.hops)
 
-    def make(q: Question, emb: Any) -> RetrievalRow:
+    def make(q: Question, emb: Any, client: Any) -> RetrievalRow:
         if q.memory_id not in retrievers:
             retrievers[q.memory_id] = Retriever(MemoryIndex.load(paths[q.memory_id]), views[q.memory_id],
-                                                emb, run.cfg.retrieve, run.cfg.episodes.include_images)
-        return retrievers[q.memory_id].retrieve(q, plans[q.qid].plan)
+                                                emb, rcfg, run.cfg.episodes.include_images)
+        return retrievers[q.memory_id].retrieve(q, plans[q.qid].plan, bridge_mod.make_resolver(client, q.question))
 
     current = {q.qid: digest([q.question, q.question_date, to_dict(plans[q.qid].plan), index_fp.get(q.memory_id)])
                for q in questions}
-    return _Retrieval(make, True, [run.path("plans"), run.path("index")], current, {"mode": run.cfg.retrieve.mode})
+    return _Retrieval(make, True, [run.path("plans"), run.path("index")], current,
+                      {"mode": rcfg.mode, "bridges": bridges}, "bridge" if bridges else None)
 
 
 def _baseline_retrieval(run: Run, views: dict[str, MemoryView]) -> _Retrieval:
@@ -385,7 +418,7 @@ def _baseline_retrieval(run: Run, views: dict[str, MemoryView]) -> _Retrieval:
         inputs.append(run.path("gold"))
     rag: dict[str, Any] = {}
 
-    def make(q: Question, emb: Any) -> RetrievalRow:
+    def make(q: Question, emb: Any, client: Any) -> RetrievalRow:
         view = views[q.memory_id]
         if method == "full_context":
             return baselines.full_context(q, view, mcfg.context_tokens, imgs)
@@ -402,27 +435,25 @@ def _baseline_retrieval(run: Run, views: dict[str, MemoryView]) -> _Retrieval:
 
 
 def retrieve(run: Run) -> None:
+    import threading
+
     check_protocol(run)
-    started = time.time()
     questions = load_questions(run)
     views = load_views(run)
     how = _ensimem_retrieval(run, questions, views) if uses_memory_index(run.cfg) else _baseline_retrieval(run, views)
-    out = run.path("retrievals")
-    writer = StageWriter(out, "qid", force=run.force, redo=lambda r: _stale(r, "qid", how.current))
-    todo = writer.pending(questions, lambda q: q.qid)
-    emb = run.embedder() if todo and how.needs_embedder else None
-    try:
-        from tqdm import tqdm
+    lock = threading.Lock()
+    loaded: dict[str, Any] = {}
 
-        for q in tqdm(todo, desc="06_retrieve", disable=not run.progress or len(todo) < 2, leave=False):
-            row = how.make(q, emb)
-            row.input_digest = how.current.get(q.qid, "")
-            writer.write(to_dict(row))
-    finally:
-        rows = writer.close(order=[q.qid for q in questions])
-    _manifest(run, "06_retrieve", inputs=how.inputs, outputs=[out], rows=len(rows), started=started,
-              extra=how.extra)
-    _summary("06_retrieve", rows, writer.resumed, len(todo), 0, out, started)
+    def work(q: Question) -> RetrievalRow:
+        with lock:
+            if "embedder" not in loaded:  # only when some row is (re)done
+                loaded["embedder"] = run.embedder() if how.needs_embedder else None
+            client = _CallsOutsideLock(run._client, lock) if how.bridge_role else None
+            return how.make(q, loaded["embedder"], client)
+
+    _llm_stage(run, "06_retrieve", run.path("retrievals"), "qid", questions, lambda q: q.qid, work,
+               how.bridge_role, how.inputs, lambda r: r.get("fallback_used", False),
+               digest_fn=lambda q: how.current.get(q.qid, ""), extra=how.extra)
 
 
 # ----------------------------------------------------------------------------- 07
@@ -437,7 +468,8 @@ def answer(run: Run) -> None:
                                                     rets[q.qid]),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
                digest_fn=lambda q: digest([q.question, rets[q.qid].mode, rets[q.qid].buffer_text,
-                                           to_dict(plans[q.qid].plan) if plans else None]))
+                                           to_dict(plans[q.qid].plan) if plans else None]
+                                          + ([to_dict(rets[q.qid].bridges)] if rets[q.qid].bridges else [])))
 
 
 # ----------------------------------------------------------------------------- 08

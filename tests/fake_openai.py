@@ -46,11 +46,13 @@ REPAIR_MARKERS: list[tuple[str, str]] = [
     ("You repair an invalid episode partition", "partition_repair"),
     ("You repair an invalid retrieval plan", "plan_repair"),
     ("You repair invalid extraction JSON", "extract_repair"),
+    ("You repair an invalid bridge reply", "bridge_repair"),
 ]
 KIND_MARKERS: list[tuple[str, str]] = [
     ("You partition a complete dialogue session", "partition"),
     ("information-extraction stage", "extract"),
     ("query-decomposition stage", "plan"),
+    ("bridge-resolution step", "bridge"),
     ("Answer only from the supplied", "answer"),
     ("without any conversation history", "answer"),  # closed-book baseline (no_memory)
     ("CORRECT or WRONG", "judge_locomo"),
@@ -276,11 +278,18 @@ def plan_entity_property(question: str) -> tuple[str, str]:
     return entity, prop
 
 
+POSSESSIVE_RE = re.compile(r"\b([A-Z][a-z]+)'s ([a-z]+)\b")
+EPISODE_ID_RE = re.compile(r"^### Episode (\S+) \|", re.MULTILINE)
+
+
 def reply_plan(text: str) -> dict[str, Any]:
     question = parse_question(text)
     entity, prop = plan_entity_property(question)
     low = question.lower()
     aggregation = "how many" in low or "what are" in low
+    bridged = POSSESSIVE_RE.search(question)
+    if bridged and not aggregation:
+        return _bridged_plan(question, bridged.group(1), bridged.group(2))
     return {
         "answer_target": {"type": "value", "description": f"The {prop} asked about for {entity}."},
         "reasoning_type": "aggregation" if aggregation else "direct",
@@ -310,6 +319,38 @@ def reply_plan(text: str) -> dict[str, Any]:
     }
 
 
+def _bridged_plan(question: str, owner: str, relation: str) -> dict[str, Any]:
+    """"Where is Omar's brother visiting from?": h1 finds who Omar's brother is (a declared
+    bridge), h2 searches that person for the asked property."""
+    words = [_strip_possessive(w).lower() for w in content_words(question)]
+    rest = [w for w in words if w not in (owner.lower(), relation)] or ["value"]
+    prop = max(enumerate(rest), key=lambda iw: (len(iw[1]), -iw[0]))[1]
+    anchor = {"entity_type": "person", "value": "", "condition_property": "", "condition_value": ""}
+    return {
+        "answer_target": {"type": "value", "description": f"The {prop} of {owner}'s {relation}."},
+        "reasoning_type": "multi_hop",
+        "retrieval_scope": "point",
+        "required_properties": [{"entity": owner, "entity_type": "person", "broad_property": relation,
+                                 "property_text": relation, "value": "", "role": "relation"}],
+        "hops": [
+            {"hop_id": "h1", "purpose": f"Identify {owner}'s {relation}.",
+             "anchor": {**anchor, "entity": owner, "property": relation},
+             "depends_on": [], "bridge_request": f"the name of {owner}'s {relation}"},
+            {"hop_id": "h2", "purpose": f"Find the {prop} of that person.",
+             "anchor": {**anchor, "entity": "$h1.bridge", "property": prop},
+             "depends_on": ["h1"], "bridge_request": ""},
+        ],
+    }
+
+
+def reply_bridge(text: str) -> dict[str, Any]:
+    """The first capitalised word of the context's first turn, from its first episode."""
+    ids = EPISODE_ID_RE.findall(text)
+    turns = parse_turns(text)
+    names = [w for w in _words(turns[0][2]) if w[:1].isupper() and w.lower() not in STOPWORDS] if turns else []
+    return {"bridge": names[0] if names else "", "supporting_episode_ids": ids[:1] if names else []}
+
+
 def reply_answer(text: str) -> str:
     turns = parse_turns(text)
     if not turns:
@@ -330,6 +371,8 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_extract(text))
     if kind in ("plan", "plan_repair"):
         return json.dumps(reply_plan(text))
+    if kind in ("bridge", "bridge_repair"):
+        return json.dumps(reply_bridge(text))
     if kind == "answer":
         return reply_answer(text)
     if kind == "judge_locomo":

@@ -399,6 +399,7 @@ def test_failed_embedding_batch_is_one_line_llm_error():
 VOLATILE_ROW_FIELDS = frozenset({
     "latency",  # wall time of one LLM call, as the client measured it
     "seconds",  # wall time of one retrieval
+    "bridge_seconds",  # the latency of a retrieval's bridge calls
 })
 VOLATILE_MANIFEST_FIELDS = frozenset({
     "finished_at", "wall_seconds",  # the clock

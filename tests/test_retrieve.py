@@ -306,9 +306,9 @@ def test_all_matching_keeps_every_structured_match(index):
 
 def test_fixed_k_truncates_each_hop(index):
     r = make(index, mode="fixed_k", fixed_k=2)
-    hits, covered = r.hop_hits("What does Melanie do?", hop("h1", **ACTIVITY), "point")
+    hits, covered = r.hop_hits("What does Melanie do?", Anchor(**ACTIVITY), "point")
     assert covered and eps(index, hits) == [E1, E2]  # 4 structured matches, cut to 2
-    hits, covered = r.hop_hits("What pet?", hop("h2", **PET), "point")
+    hits, covered = r.hop_hits("What pet?", Anchor(**PET), "point")
     assert len(hits) == 2 and eps(index, hits)[0] == E4 and hits[1].route in ("lexical", "dense")
 
     row = r.retrieve(Q(), plan(hop("h1", **ACTIVITY), hop("h2", **PET)))
