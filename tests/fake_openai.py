@@ -527,7 +527,14 @@ class _Handler(BaseHTTPRequestHandler):
         kind = detect_kind(messages)
         index, fault = fake._record(body, kind, headers)
         fake._wait_if_held(index)
-        fake._sleep(fake.latency)
+        with fake._lock:
+            fake._in_flight[kind] += 1
+            fake.peak_in_flight[kind] = max(fake.peak_in_flight[kind], fake._in_flight[kind])
+        try:
+            fake._sleep(fake.kind_latency.get(kind, fake.latency))
+        finally:
+            with fake._lock:
+                fake._in_flight[kind] -= 1
         if kind == UNKNOWN_KIND:
             self._send_json(400, _error_body(
                 "fake-openai: unrecognised prompt kind (no marker string found in the messages).",
@@ -602,9 +609,14 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAI:
     """Scripted OpenAI-compatible server on 127.0.0.1 (see module docstring)."""
 
-    def __init__(self, *, faults: Optional[FaultPlan] = None, latency: float = 0.0) -> None:
+    def __init__(self, *, faults: Optional[FaultPlan] = None, latency: float = 0.0,
+                 kind_latency: Optional[dict[str, float]] = None) -> None:
         self.faults = faults
         self.latency = float(latency)
+        self.kind_latency = dict(kind_latency or {})  # prompt kind -> latency, overriding ``latency``
+        # prompt kind -> the most requests of that kind answered at the same time (concurrency seen)
+        self.peak_in_flight: Counter[str] = Counter()
+        self._in_flight: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []
         self.request_kinds: list[str] = []  # parallel to ``requests``
         self.request_headers: list[dict[str, str]] = []  # parallel to ``requests``; names lower-cased

@@ -149,3 +149,18 @@ def test_a_failed_bridge_is_counted_then_redone_alone(tmp_path, monkeypatch):
         # Only the failed bridge is asked again, and the answer whose evidence it changed.
         assert new["bridge"] == 1 and new["answer"] <= 1 and set(new) <= {"bridge", "answer", "embeddings"}
         assert not _bridge_row(run)["fallback_used"]
+
+
+def test_bridge_calls_of_different_questions_are_in_flight_together(tmp_path, monkeypatch):
+    """06 computes one question at a time but releases that lock while a bridge call waits."""
+    data = json.loads(TINY_LOCOMO.read_text(encoding="utf-8"))
+    data[1]["qa"] += [{"question": q, "answer": "x", "evidence": ["D1:4"], "category": 1}
+                      for q in ("What does Omar's brother study?", "When did Lena's sister travel?",
+                                "Where does Omar's cousin live?")]
+    path = tmp_path / "four_bridges.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with FakeOpenAI(kind_latency={"bridge": 0.5}) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        run = run_stages(CONFIG, run_overrides(tmp_path, path), STAGE_ORDER[:6])
+        assert server.counts_by_kind()["bridge"] == 4 and len(rows(run.path("retrievals"))) == 14
+        assert server.peak_in_flight["bridge"] >= 2
