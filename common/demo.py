@@ -31,6 +31,7 @@ from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
 from common.config import REPO_ROOT, Config, ConfigError, load_config, resolve_path
+from common.io import read_jsonl
 
 DEMO_CONFIG = "configs/demo.yaml"
 SAMPLE_PATH = REPO_ROOT / "configs" / "demo_sample_conversation.json"
@@ -124,12 +125,6 @@ def write_demo_input(source: Path, out_dir: Path, kind: str, conversation: Optio
 
 
 # ----------------------------------------------------------------------------- counts
-def _rows(path: Path) -> list[dict[str, Any]]:
-    from common.io import read_jsonl
-
-    return read_jsonl(path) if path.exists() else []
-
-
 def _manifest(run_dir: Path, stage: str) -> dict[str, Any]:
     path = run_dir / f"{stage}.manifest.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
@@ -146,7 +141,7 @@ def stage_counts(run_dir: Path, judge: str) -> list[dict[str, Any]]:
     ]
     out = []
     for stage, name, fallback_key in specs:
-        rows = _rows(run_dir / name)
+        rows = read_jsonl(run_dir / name, missing_ok=True)
         if fallback_key:
             failed = sum(1 for r in rows if r.get(fallback_key))
         elif stage == "07_answer":
@@ -177,15 +172,15 @@ def question_lines(run_dir: Path, judge: str, width: int = 34) -> str:
 
     Printed so that a reader sees what a 135M model's "accuracy" consists of.
     """
-    gold = {g["qid"]: g for g in _rows(run_dir / "01_gold.jsonl")}
-    labels = {r["qid"]: r.get("label") for r in _rows(run_dir / f"08_judge_{judge}.jsonl")}
+    gold = {g["qid"]: g for g in read_jsonl(run_dir / "01_gold.jsonl", missing_ok=True)}
+    labels = {r["qid"]: r.get("label") for r in read_jsonl(run_dir / f"08_judge_{judge}.jsonl", missing_ok=True)}
 
     def cut(text: Any) -> str:
         text = " ".join(str(text).split()) if text is not None else "(no answer)"
         return text if len(text) <= width else text[: width - 1] + "…"
 
     lines = [f"{'qid':<16}{'gold':<{width + 2}}{'answer':<{width + 2}}judge"]
-    for a in _rows(run_dir / "07_answers.jsonl"):
+    for a in read_jsonl(run_dir / "07_answers.jsonl", missing_ok=True):
         label = {1: "CORRECT", 0: "WRONG", None: "failed"}.get(labels.get(a["qid"]), "-")
         lines.append(f"{a['qid']:<16}{cut(gold.get(a['qid'], {}).get('answer')):<{width + 2}}"
                      f"{cut(a.get('answer')):<{width + 2}}{label if a['qid'] in labels else '-'}")

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from common import prompts
 from common.config import Config, ConfigError, load_config
+from common.io import read_jsonl
 from common.ledger import cost, load_prices
 from common.tokens import count_tokens
 
@@ -54,10 +55,7 @@ def _existing(run_dir: Path, name: str) -> int:
 
 def _bridges(run_dir: Path, qids: set[str]) -> tuple[int, str]:
     """Bridge calls: counted from the plans when 05 has planned every question, else assumed."""
-    from common.io import read_jsonl
-
-    path = run_dir / "05_plans.jsonl"
-    plans = {r["qid"]: r for r in read_jsonl(path)} if path.exists() else {}
+    plans = {r["qid"]: r for r in read_jsonl(run_dir / "05_plans.jsonl", missing_ok=True)}
     if qids and qids <= set(plans):
         n = sum(1 for q in qids for h in plans[q]["plan"]["hops"] if h.get("bridge_request"))
         return n, "counted from 05_plans.jsonl"
@@ -65,10 +63,7 @@ def _bridges(run_dir: Path, qids: set[str]) -> tuple[int, str]:
 
 
 def _bridges_done(run_dir: Path) -> int:
-    from common.io import read_jsonl
-
-    path = run_dir / "06_retrievals.jsonl"
-    return sum(len(r.get("bridges", [])) for r in read_jsonl(path)) if path.exists() else 0
+    return sum(len(r.get("bridges", [])) for r in read_jsonl(run_dir / "06_retrievals.jsonl", missing_ok=True))
 
 
 def estimate(cfg: Config) -> dict[str, Any]:

@@ -21,9 +21,11 @@ class ArtifactError(RuntimeError):
     """A missing or unreadable artifact (one line: the file, and what to run)."""
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read every row; a missing file names the stage that makes it."""
+def read_jsonl(path: Path, *, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """Read every row; a missing file names the stage that makes it (or is empty: ``missing_ok``)."""
     if not path.exists():
+        if missing_ok:
+            return []
         raise ArtifactError(f"missing {path}: run the stage that writes it first")
     rows = []
     with path.open(encoding="utf-8") as fh:

@@ -144,7 +144,7 @@ def efficiency(run_dir: Path, qids: Optional[set[str]] = None) -> dict[str, Any]
     Latencies of calls served from the cache are the ORIGINAL call's latency when the cache kept
     it, else 0; ``cached_calls`` says how many calls that concerns.
     """
-    plans = {r["qid"]: r for r in read_jsonl(run_dir / "05_plans.jsonl")} if (run_dir / "05_plans.jsonl").exists() else {}
+    plans = {r["qid"]: r for r in read_jsonl(run_dir / "05_plans.jsonl", missing_ok=True)}
     rets = {r["qid"]: r for r in read_jsonl(run_dir / "06_retrievals.jsonl")}
     answers = {r["qid"]: r for r in read_jsonl(run_dir / "07_answers.jsonl")}
     per_q, cached = [], 0

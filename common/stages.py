@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -435,8 +436,6 @@ def _baseline_retrieval(run: Run, views: dict[str, MemoryView]) -> _Retrieval:
 
 
 def retrieve(run: Run) -> None:
-    import threading
-
     check_protocol(run)
     questions = load_questions(run)
     views = load_views(run)

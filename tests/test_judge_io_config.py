@@ -109,6 +109,7 @@ def test_read_jsonl_missing_file_names_it(tmp_path):
     missing = tmp_path / "02_episodes.jsonl"
     with pytest.raises(ArtifactError, match="02_episodes.jsonl"):
         read_jsonl(missing)
+    assert read_jsonl(missing, missing_ok=True) == []  # optional inputs (e.g. 05 for a baseline)
 
 
 def test_read_jsonl_bad_line_names_line(tmp_path):

@@ -33,8 +33,7 @@ def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
     for s in read_jsonl(run.path("sessions")):
         sessions[s["memory_id"]].append(from_dict(Session, s))
     # Baselines build no episodes: their ranking is the buffer's turns (see below).
-    episodes = {e["episode_id"]: e for r in read_jsonl(run.path("episodes")) for e in r["episodes"]} \
-        if run.path("episodes").exists() else {}
+    episodes = {e["episode_id"]: e for r in read_jsonl(run.path("episodes"), missing_ok=True) for e in r["episodes"]}
     rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
     out: dict[str, dict[str, Any]] = {}
     for g in read_jsonl(run.path("gold")):
