@@ -7,7 +7,9 @@ PY      ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 CONFIG  ?= configs/locomo.yaml
 RUN     ?=
 LIMIT   ?=
+MEMORIES ?= $(CONVS)
 CONVS   ?=
+BENCH   ?=
 SET     ?=
 LOCOMO_URL    := https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json
 LOCOMO_SHA256 := 79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4
@@ -29,12 +31,15 @@ JUDGE_B ?=
 JSON ?=
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
-       $(if $(CONVS),--conversations $(CONVS)) $(foreach s,$(SET),--set $(s))
+       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
-LOCOMO_STAGES = 01_preprocess 02_episodes 03_extract 04_index 05_plan 06_retrieve 07_answer 08_judge 09_aggregate
+# The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
+STAGES = $(shell $(PY) -m common.pipeline.graph ids)
+# A per-stage target names a stage of the graph, or fails before running anything.
+check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
-.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test bench clean-run \
-        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare $(addprefix locomo-,$(LOCOMO_STAGES))
+.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint bench clean-run \
+        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -49,7 +54,7 @@ install:  ## create .venv and install the pinned requirements (and the demo's pa
 $(VENV)/.installed: requirements.txt requirements-demo.txt
 	$(MAKE) install VENV=$(VENV)
 
-DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(CONVS),--conversation $(CONVS)) $(foreach s,$(SET),--set $(s))
+DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(MEMORIES),--conversation $(MEMORIES)) $(foreach s,$(SET),--set $(s))
 
 demo: $(VENV)/.installed  ## offline demo: install if needed, then 01-09 on one conversation with an embedded 135M model (no key, no network)
 	$(VENV)/bin/python -m common.demo $(DEMO_ARGS)
@@ -70,16 +75,24 @@ data/longmemeval_%.json:
 	echo "$(LME_SHA256_longmemeval_$*)  $@.part" | sha256sum -c -
 	mv $@.part $@
 
-longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT, CONVS=question ids, SET, DRY_RUN=1)
+longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=first N questions, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
-	else for s in $(LOCOMO_STAGES); do $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
+	else for s in $(STAGES); do $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
 
-locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT, CONVS, SET="k=v ...", DRY_RUN=1 estimates cost)
+locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT=N per conversation, MEMORIES=conv ids, SET="k=v ...", DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LoCoMo.01_preprocess $(ARGS) --dry-run; \
-	else for s in $(LOCOMO_STAGES); do $(PY) -m LoCoMo.$$s $(ARGS); done; fi
+	else for s in $(STAGES); do $(PY) -m LoCoMo.$$s $(ARGS); done; fi
 
-locomo-%:  ## one LoCoMo stage, e.g. make locomo-06_retrieve
+stages:  ## the stage graph: id, files read and written, LLM role, gold access
+	@$(PY) -m common.pipeline.graph table
+
+locomo-%:  ## one LoCoMo stage of the graph, e.g. make locomo-06_retrieve
+	$(call check-stage,$*)
 	$(PY) -m LoCoMo.$* $(ARGS)
+
+longmemeval-%:  ## one LongMemEval stage of the graph, e.g. make longmemeval-05_plan
+	$(call check-stage,$*)
+	$(PY) -m LongMemEval.$* $(LME_ARGS)
 
 judge2:  ## second judge (Qwen3-32B via an OpenAI-compatible server) on the same answers
 	$(PY) -m LoCoMo.08_judge $(ARGS) --config configs/judge_qwen3_32b.yaml
@@ -100,22 +113,22 @@ ablations-longmemeval:  ## LongMemEval ablations (SUBSET=<file> or all)
 	$(PY) -m LongMemEval.10_ablations $(EXP_ARGS)
 
 baselines:  ## the harness's own LoCoMo baselines: full context, RAG over turns, no memory, oracle (ONLY=a,b)
-	$(PY) -m common.runner baselines --benchmark locomo $(EXP_ARGS)
+	$(PY) -m common.pipeline.runner baselines --benchmark locomo $(EXP_ARGS)
 
 baselines-longmemeval:  ## the same baselines on LongMemEval
-	$(PY) -m common.runner baselines --benchmark longmemeval $(EXP_ARGS)
+	$(PY) -m common.pipeline.runner baselines --benchmark longmemeval $(EXP_ARGS)
 
 tables:  ## paper Tables 1,2,3,4,10 -> results/tables/ (md, csv, tex, sources.json); no LLM call
-	$(PY) -m common.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
+	$(PY) -m common.report.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
 
 figures:  ## paper Figures 2 and 3 -> figures/ (png, pdf, sources.json); no LLM call
-	$(PY) -m common.figures $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS)) $(if $(FIGURES),--out $(FIGURES))
+	$(PY) -m common.report.figures $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS)) $(if $(FIGURES),--out $(FIGURES))
 
 paper: ablations baselines tables figures  ## ablations + baselines, then every table and figure (needs the main runs)
 
 compare:  ## paired comparison: A=<run dir> [B=<run dir>] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
 	@test -n "$(A)" || (echo "set A=results/<benchmark>/<run> and B=... (or JUDGE_B=<name> for two judges of A)"; exit 2)
-	$(PY) -m common.compare $(A) $(B) $(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
+	$(PY) -m common.report.compare $(A) $(B) $(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
 
 test:  ## the offline test-suite (a local fake OpenAI server; no network, no key)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
@@ -123,6 +136,10 @@ test:  ## the offline test-suite (a local fake OpenAI server; no network, no key
 bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (~8-15 min; BENCH_ARGS="--conversations conv-26")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.run --config $(CONFIG) $(BENCH_ARGS)
 
-clean-run:  ## delete results/<benchmark>/<RUN> (never the LLM cache)
-	@test -n "$(RUN)" || (echo "set RUN=<name>"; exit 1)
-	rm -rf results/locomo/$(RUN)
+lint:  ## ruff and mypy, configured in pyproject.toml (both must be clean)
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval, or both when BENCH is unset (never the LLM cache)
+	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 1)
+	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval),results/$(b)/$(RUN))

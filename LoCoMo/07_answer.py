@@ -1,8 +1,12 @@
-"""07_answer (LoCoMo): answer each question from its evidence buffer (LLM role: answer) -> 07_answers.jsonl.
+"""07_answer (LoCoMo): answer each question from its evidence buffer (LLM role: answer).
+
+Reads: 01_questions.jsonl, 05_plan.jsonl, 06_retrieve.jsonl
+Writes: 07_answer.jsonl (and 07_answer.manifest.json)
+LLM role: answer
 
 Run from the repository root: python -m LoCoMo.07_answer [--config configs/locomo.yaml] [--set key=value]
 """
-from common import stages
+from common.pipeline import engine
 
 if __name__ == "__main__":
-    stages.main("answer", benchmark="locomo", doc=__doc__)
+    engine.main("07_answer", benchmark="locomo", doc=__doc__)

@@ -1,8 +1,12 @@
-"""08_judge (LoCoMo): judge each scored answer against the gold answer (LLM role: judge) -> 08_judge_<judge.name>.jsonl.
+"""08_judge (LoCoMo): judge each scored answer against the gold answer (LLM role: judge).
+
+Reads: 07_answer.jsonl, 01_gold.jsonl
+Writes: 08_judge_{judge}.jsonl (and 08_judge.manifest.json)
+LLM role: judge
 
 Run from the repository root: python -m LoCoMo.08_judge [--config configs/locomo.yaml] [--set key=value]
 """
-from common import stages
+from common.pipeline import engine
 
 if __name__ == "__main__":
-    stages.main("judge", benchmark="locomo", doc=__doc__)
+    engine.main("08_judge", benchmark="locomo", doc=__doc__)

@@ -6,7 +6,7 @@ Run from the repository root: python -m LoCoMo.10_ablations [--subset all] [--on
 """
 import sys
 
-from common import runner
+from common.pipeline import runner
 
 if __name__ == "__main__":
     sys.exit(runner.main(group="ablations", benchmark="locomo"))

@@ -1,8 +1,12 @@
-"""06_retrieve (LongMemEval): select episodes by structured matching with lexical/dense fallback; render the buffer -> 06_retrievals.jsonl.
+"""06_retrieve (LongMemEval): select episodes by structured matching with lexical/dense fallback; render the buffer.
+
+Reads: 05_plan.jsonl, 04_index.jsonl, 01_sessions.jsonl, 01_questions.jsonl
+Writes: 06_retrieve.jsonl (and 06_retrieve.manifest.json)
+LLM role: bridge (only when a plan declares a bridge)
 
 Run from the repository root: python -m LongMemEval.06_retrieve [--config configs/longmemeval.yaml] [--set key=value]
 """
-from common import stages
+from common.pipeline import engine
 
 if __name__ == "__main__":
-    stages.main("retrieve", benchmark="longmemeval", doc=__doc__)
+    engine.main("06_retrieve", benchmark="longmemeval", doc=__doc__)

@@ -2,11 +2,12 @@
 
 Each variant changes ONE design choice (episode granularity, property granularity, retrieval
 route, fixed top-k budget); shared work comes from the LLM and embedding caches.
-Run from the repository root: python -m LongMemEval.10_ablations [--subset all] [--only base,dense_only] [--set key=value]
+Run from the repository root:
+    python -m LongMemEval.10_ablations [--subset all] [--only base,dense_only] [--set key=value]
 """
 import sys
 
-from common import runner
+from common.pipeline import runner
 
 if __name__ == "__main__":
     sys.exit(runner.main(group="ablations", benchmark="longmemeval"))

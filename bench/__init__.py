@@ -1,7 +1,7 @@
 """`make bench`: side-by-side performance figures of the harness (not timed tests).
 
 ``python -m bench.run`` runs the LoCoMo pipeline against the local fake OpenAI-compatible server
-(``tests/fake_openai.py``) with a fixed per-call latency and writes ``results/bench/bench.json``
+(``tests/fake_openai/``) with a fixed per-call latency and writes ``results/bench/bench.json``
 (raw numbers) and ``results/bench/bench.md`` (one table per item, target vs measured):
 
 1. LLM-bound throughput of stages 02, 03, 05, 07, 08 (wall / (calls x L / concurrency)), plus

@@ -42,9 +42,9 @@ def load_average() -> list[float] | None:
 
 
 def machine_info() -> dict[str, Any]:
-    from common.io import git_revision
+    from common.core.io import git_revision
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)

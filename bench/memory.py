@@ -18,7 +18,7 @@ def model_weight_bytes(embedding_cfg: Any) -> dict[str, Any]:
     """Bytes of the embedding model's parameters and buffers (0 for an HTTP embedding backend)."""
     if embedding_cfg.backend != "sentence-transformers":
         return {"model": embedding_cfg.model, "backend": embedding_cfg.backend, "bytes": 0}
-    from common.embeddings import load_sentence_transformer
+    from common.core.embeddings import load_sentence_transformer
 
     m = load_sentence_transformer(embedding_cfg.model, embedding_cfg.device)
     params = sum(p.numel() * p.element_size() for p in m.parameters())
@@ -27,9 +27,9 @@ def model_weight_bytes(embedding_cfg: Any) -> dict[str, Any]:
             "parameters": int(sum(p.numel() for p in m.parameters()))}
 
 
-def peak_memory(results: list[StageResult], weights: int, target_bytes: int = 2 * GIB) -> dict[str, Any]:
+def peak_memory(results: list[StageResult], weights: int, target_bytes: float = 2 * GIB) -> dict[str, Any]:
     """Per stage peak RSS, and the run's peak with the model weights taken out of model stages."""
-    stages = []
+    stages: list[dict[str, Any]] = []
     for r in results:
         loads_model = r.stage in MODEL_STAGES
         rss = r.process.peak_rss_bytes

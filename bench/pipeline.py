@@ -18,11 +18,11 @@ from typing import Any, Iterator
 
 from bench.machine import load_average
 from bench.procs import Measured, run_measured, tail
-from common.config import ROLES, REPO_ROOT, Config, load_config
+from common.core.config import REPO_ROOT, ROLES, Config, load_config
+from common.pipeline.graph import STAGES
 
-# The Makefile's LOCOMO_STAGES, in its order.
-LOCOMO_STAGES = ("01_preprocess", "02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve",
-                 "07_answer", "08_judge", "09_aggregate")
+# The stage ids in graph order (the one declaration the Makefile reads too).
+LOCOMO_STAGES = tuple(s.id for s in STAGES)
 # Prompt kinds the fake server recognises, per LLM stage (repairs belong to their stage).
 LLM_STAGE_KINDS: dict[str, tuple[str, ...]] = {
     "02_episodes": ("partition", "partition_repair"),
@@ -87,7 +87,7 @@ def bench_overrides(*, workdir: Path, name: str, concurrency: int, base_url: str
             f"llm.concurrency={concurrency}"]
     sets += [f"models.{role}.base_url={base_url}" for role in ROLES]
     if conversations:
-        sets.append(f"data.conversations=[{','.join(conversations)}]")
+        sets.append(f"data.memories=[{','.join(conversations)}]")
     return sets
 
 

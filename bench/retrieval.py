@@ -23,6 +23,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from bench.pipeline import PipelineRun
+from common.core import artifacts
+from common.core.io import read_jsonl
 
 
 class TimedEmbedder:
@@ -98,13 +100,12 @@ def snapshot_cache(src: Path, dst: Path) -> None:
 
 def _variant(run: PipelineRun, memory_id: str, cache: str, targets: dict[str, float]) -> dict[str, Any]:
     """Time every question of ``memory_id`` with an embedder whose cache is ``cache`` ("" = none)."""
-    from common.embeddings import Embedder
-    from common.index import MemoryIndex
-    from common.io import read_jsonl
-    from common.retrieve import Retriever
-    from common.schema import PlanRow, from_dict
-    from common.stages import Run, load_questions, load_views
-    from common.tokens import count_tokens
+    from common.core.embeddings import Embedder
+    from common.core.schema import PlanRow, from_dict
+    from common.core.tokens import count_tokens
+    from common.method.index import MemoryIndex
+    from common.method.retrieve import Retriever
+    from common.pipeline.engine import Run, load_questions, load_views
 
     cfg = run.cfg()
     r = Run(cfg, progress=False)
@@ -132,7 +133,7 @@ def _variant(run: PipelineRun, memory_id: str, cache: str, targets: dict[str, fl
     setup["index_load_seconds"] = time.perf_counter() - t0
     backend.texts = backend.calls = 0
 
-    per_question = []
+    per_question: list[dict[str, Any]] = []
     for q in questions:
         e0, c0, m0 = embedder.seconds, embedder.calls, backend.texts
         t0 = time.perf_counter()
@@ -165,7 +166,6 @@ def _variant(run: PipelineRun, memory_id: str, cache: str, targets: dict[str, fl
 def retrieval_latency(run: PipelineRun, memory_id: str, cache_after_04: Path | None, scratch: Path, *,
                       p50_target: float, p95_target: float) -> dict[str, Any]:
     """Both variants on ``memory_id``, plus the `seconds` the full run's own 06 recorded."""
-    from common.io import read_jsonl
 
     targets = {"p50": p50_target, "p95": p95_target}
     variants = {}
@@ -174,8 +174,8 @@ def retrieval_latency(run: PipelineRun, memory_id: str, cache_after_04: Path | N
         shutil.copyfile(cache_after_04, cache)  # a copy: the variant's writes stay out of the snapshot
         variants["pipeline"] = _variant(run, memory_id, str(cache), targets)
     variants["no_cache"] = _variant(run, memory_id, "", targets)
-    rows = read_jsonl(run.run_dir / "06_retrievals.jsonl")
-    index_row = next(x for x in read_jsonl(run.run_dir / "04_index.jsonl") if x["memory_id"] == memory_id)
+    rows = read_jsonl(artifacts.path(run.run_dir, "retrievals"))
+    index_row = next(x for x in read_jsonl(artifacts.path(run.run_dir, "index")) if x["memory_id"] == memory_id)
     head = variants.get("pipeline", variants["no_cache"])
     return {
         "memory_id": memory_id, "questions": head["latency"]["n"],

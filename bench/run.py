@@ -22,12 +22,20 @@ from typing import Any
 
 from bench.machine import load_average, machine_info
 from bench.memory import GIB, model_weight_bytes, peak_memory
-from bench.pipeline import (LOCOMO_STAGES, BenchError, PipelineRun, bench_overrides, endpoint_env,
-                            rerun_with_make, run_stages)
+from bench.pipeline import (
+    LOCOMO_STAGES,
+    BenchError,
+    PipelineRun,
+    bench_overrides,
+    endpoint_env,
+    rerun_with_make,
+    run_stages,
+)
 from bench.report import render_markdown
 from bench.retrieval import retrieval_latency, snapshot_cache
 from bench.throughput import llm_stage_figures, speedup
-from common.config import ConfigError, load_config, resolve_path
+from common.core import artifacts
+from common.core.config import ConfigError, load_config, resolve_path
 
 ITEMS = ("throughput", "speedup", "retrieval", "warm", "memory")
 MARKER = ".bench-workdir"  # only a directory carrying this file is ever wiped
@@ -108,15 +116,15 @@ def snapshot_embeddings(run: PipelineRun, dst: Path) -> Path | None:
 
 
 def memories_of(run: PipelineRun) -> list[str]:
-    from common.io import read_jsonl
+    from common.core.io import read_jsonl
 
-    return list(dict.fromkeys(r["memory_id"] for r in read_jsonl(run.run_dir / "01_sessions.jsonl")))
+    return list(dict.fromkeys(r["memory_id"] for r in read_jsonl(artifacts.path(run.run_dir, "sessions"))))
 
 
 def data_source(opts: Options) -> dict[str, Any]:
     """The benchmark file the pipeline will read (config, else $LOCOMO_JSON, else data/)."""
-    from common.benchmarks import registry
-    from common.io import sha256_file
+    from common.benchmarks.registry import adapter as registry
+    from common.core.io import sha256_file
 
     cfg = load_config([opts.config], opts.sets)
     path = registry(cfg.benchmark).data_path(cfg)
@@ -219,7 +227,7 @@ def all_passed(result: dict[str, Any]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
-    # Model-loading progress bars would garble the bench's own output (as in common.cli).
+    # Model-loading progress bars would garble the bench's own output (as in common.pipeline.cli).
     for var, value in (("TOKENIZERS_PARALLELISM", "false"), ("TRANSFORMERS_VERBOSITY", "error"),
                        ("HF_HUB_DISABLE_PROGRESS_BARS", "1")):
         os.environ.setdefault(var, value)

@@ -67,7 +67,8 @@ def speedup(low: list[StageResult], high: list[StageResult], c_low: int, c_high:
         stages.append({"stage": s, "calls_low": calls, "calls_high": b[s]["calls"],
                        f"wall_c{c_low}": wa, f"wall_c{c_high}": wb,
                        "speedup": round(wa / wb, 2) if wb else None,
-                       "ideal_speedup": round(math.ceil(calls / c_low) / math.ceil(calls / c_high), 2) if calls else None})
+                       "ideal_speedup": (round(math.ceil(calls / c_low) / math.ceil(calls / c_high), 2)
+                                         if calls else None)})
     sum_a = sum(v["stage_wall_seconds"] for v in a.values())
     sum_b = sum(v["stage_wall_seconds"] for v in b.values())
     total_a = sum(r.process.wall_seconds for r in low)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from common.pipeline.graph import STAGES, by_name
 from tests.fake_openai import FakeOpenAI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ def run_overrides(tmp_path: Path, data: Path, **extra: object) -> list[str]:
 
 def make_client(server, tmp_path: Path, role: str, *, max_attempts: int = 2):
     """An LLMClient with one role pointed at the fake server, fast retries and a private cache."""
-    from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+    from common.core.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
 
     return LLMClient(
         {role: RoleSettings(role=role, model="m", base_url=server.base_url, timeout=2.0)},
@@ -59,7 +60,8 @@ def make_client(server, tmp_path: Path, role: str, *, max_attempts: int = 2):
     )
 
 
-STAGE_ORDER = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate"]
+# The stage names in graph order (``common.pipeline.graph``), the single declaration of the pipeline.
+STAGE_ORDER = [s.name for s in STAGES]
 
 # A short two-speaker session shared by the partition and extraction unit tests.
 DIALOGUE = [
@@ -81,10 +83,10 @@ def rows(path: Path) -> list[dict]:
 
 def run_stages(config: str, sets: list[str], stages: list[str] = STAGE_ORDER):
     """Run pipeline stages in-process on ``config`` plus ``--set`` overrides; return the Run."""
-    from common.config import load_config
-    from common.stages import STAGES, Run
+    from common.core.config import load_config
+    from common.pipeline.engine import Run
 
     run = Run(load_config([config], sets), progress=False)
     for stage in stages:
-        STAGES[stage](run)
+        by_name(stage).resolve()(run)
     return run

@@ -1,4 +1,4 @@
-"""Ablation and baseline runners (configs/experiments.yaml, common/runner.py, make ablations)."""
+"""Ablation and baseline runners (configs/experiments.yaml, common/pipeline/runner.py, make ablations)."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common import experiments, subset
-from common.config import ConfigError
+from common.benchmarks import subset
+from common.core.config import ConfigError
+from common.pipeline import experiments
 from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides
 
 TINY_IDS = ["tiny-1:q0001", "tiny-1:q0002", "tiny-1:q0003", "tiny-2:q0001", "tiny-2:q0002", "tiny-2:q0003"]
@@ -40,15 +41,15 @@ def test_experiments_file_names_every_paper_ablation():
     assert "upper bound" in exp.baseline("oracle").label
     # Every variant's overrides form a valid config.
     for v in exp.variants + exp.baselines:
-        from common.config import load_config
+        from common.core.config import load_config
 
         load_config(["configs/locomo.yaml"], v.overrides())
 
 
 def test_stored_subset_is_88_questions_stratified_and_regenerable(real_locomo):
-    from common.benchmarks import registry
+    from common.benchmarks.registry import adapter as registry
 
-    stored = experiments.load_subset("configs/subsets/locomo_ablation88.yaml")
+    stored = subset.load_subset("configs/subsets/locomo_ablation88.yaml")
     doc = yaml.safe_load(stored.path.read_text())
     adapter = registry("locomo")
     data = adapter.load(real_locomo)
@@ -56,7 +57,7 @@ def test_stored_subset_is_88_questions_stratified_and_regenerable(real_locomo):
     cats = {g.qid: g.category for g in data.gold}
     counts = {c: sum(cats[q] == c for q in stored.question_ids) for c in (1, 2, 3, 4)}
     assert counts == {1: 22, 2: 22, 3: 22, 4: 22}
-    from common.io import sha256_file
+    from common.core.io import sha256_file
 
     assert doc["recipe"]["source_sha256"] == sha256_file(real_locomo)
     # The recipe regenerates the same ids; another seed gives other ids.
@@ -68,9 +69,9 @@ def test_subset_errors_name_the_file(tmp_path):
     bad = tmp_path / "s.yaml"
     bad.write_text("question_ids: [a, a]\n")
     with pytest.raises(ConfigError, match="s.yaml: question_ids: duplicate"):
-        experiments.load_subset(bad)
+        subset.load_subset(bad)
     with pytest.raises(ConfigError, match="subset file not found"):
-        experiments.load_subset(tmp_path / "missing.yaml")
+        subset.load_subset(tmp_path / "missing.yaml")
 
 
 def test_subset_with_an_unknown_id_is_refused_before_any_artifact(tmp_path):
@@ -118,7 +119,7 @@ def test_make_ablations_runs_every_variant_reusing_cached_work(tmp_path, fake_se
 
 
 def test_runner_rejects_unknown_variants_and_reports_failed_runs(tmp_path, fake_server, monkeypatch, capsys):
-    from common import runner
+    from common.pipeline import runner
 
     assert runner.main(["--only", "nope"], group="ablations", benchmark="locomo") == 2
     assert "unknown ablations variant" in capsys.readouterr().err

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from common import baselines
-from common.io import ArtifactError
-from common.render import MemoryView
-from common.schema import Gold, Question, Session, Turn
-from common.tokens import count_tokens
+from common.core.io import ArtifactError
+from common.core.schema import Gold, Question, Session, Turn
+from common.core.tokens import count_tokens
+from common.method import baselines
+from common.method.render import MemoryView
 from tests.conftest import TINY_LOCOMO, rows, run_overrides, run_stages
 
 STAGES_BASELINE = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate"]
@@ -81,11 +81,11 @@ def test_baseline_runs_end_to_end_without_memory_construction(tmp_path, fake_ser
     sets = run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": method, "run.name": method})
     run = run_stages("configs/locomo.yaml", sets, STAGES_BASELINE)
     d = run.dir
-    assert not (d / "02_episodes.jsonl").exists() and not (d / "05_plans.jsonl").exists()
+    assert not (d / "02_episodes.jsonl").exists() and not (d / "05_plan.jsonl").exists()
     assert json.loads((d / "02_episodes.manifest.json").read_text())["skipped"] == f"method={method}"
     kinds = set(fake_server.request_kinds)
     assert kinds <= {"answer", "judge_locomo", "embeddings"}, kinds
-    rets, answers = rows(d / "06_retrievals.jsonl"), rows(d / "07_answers.jsonl")
+    rets, answers = rows(d / "06_retrieve.jsonl"), rows(d / "07_answer.jsonl")
     assert len(rets) == len(answers) == 11
     assert {r["mode"] for r in rets} == {method}
     family = "answer_closed_book_user" if method == "no_memory" else "answer_baseline_user"
@@ -124,7 +124,7 @@ def test_only_the_oracle_opens_the_gold_file(tmp_path, fake_server, monkeypatch)
 
 
 def test_unknown_method_is_a_config_error():
-    from common.config import ConfigError, load_config
+    from common.core.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="method.name"):
         load_config(["configs/locomo.yaml"], ["method.name=magic"])

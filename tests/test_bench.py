@@ -53,13 +53,14 @@ def test_llm_stage_calls_and_ratios_match_the_artifacts(bench_out):
     judge = rows(run_dir / "08_judge_gpt-4o-mini.jsonl")
     from_rows = {
         "02_episodes": sum(len(r["llm_calls"]) for r in rows(run_dir / "02_episodes.jsonl")),
-        "03_extract": sum(len(r["llm_calls"]) for r in rows(run_dir / "03_records.jsonl")),
-        "05_plan": sum(len(r["llm_calls"]) for r in rows(run_dir / "05_plans.jsonl")),
-        "07_answer": len(rows(run_dir / "07_answers.jsonl")),
+        "03_extract": sum(len(r["llm_calls"]) for r in rows(run_dir / "03_extract.jsonl")),
+        "05_plan": sum(len(r["llm_calls"]) for r in rows(run_dir / "05_plan.jsonl")),
+        "07_answer": len(rows(run_dir / "07_answer.jsonl")),
         "08_judge": len(judge),
     }
     assert {s: by_stage[s]["calls"] for s in by_stage} == from_rows
-    assert from_rows["07_answer"] == len(rows(run_dir / "01_questions.jsonl")) and from_rows["08_judge"] < from_rows["07_answer"]
+    assert from_rows["07_answer"] == len(rows(run_dir / "01_questions.jsonl"))
+    assert from_rows["08_judge"] < from_rows["07_answer"]
     for s in by_stage.values():
         assert s["manifest_calls"] == s["calls"]
         bound = s["calls"] * LATENCY / item["concurrency"]
@@ -95,7 +96,9 @@ def test_retrieval_percentiles_are_those_of_the_per_question_times(bench_out):
                    for p in variant["per_question"])
         assert variant["passed"]["p50"] == (variant["latency"]["p50"] <= 0.020)
     # Without a cache every query-side text reaches the model; with 04's cache some are found there.
-    pipeline, bare = (sum(p["model_texts"] for p in item["variants"][v]["per_question"]) for v in ("pipeline", "no_cache"))
+    pipeline, bare = (
+        sum(p["model_texts"] for p in item["variants"][v]["per_question"]) for v in ("pipeline", "no_cache")
+    )
     assert 0 < pipeline < bare
     assert item["passed"] == item["variants"]["pipeline"]["passed"]
 

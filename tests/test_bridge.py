@@ -12,16 +12,22 @@ from collections import Counter
 
 import pytest
 
-from common.bridge import parse_bridge, resolve_anchor, resolve_bridge
-from common.ledger import ledger as run_ledger
-from common.schema import Anchor, Bridge, Hop
+from common.core.schema import Anchor, Bridge, Hop
+from common.method.bridge import parse_bridge, resolve_anchor, resolve_bridge
+from common.pipeline.ledger import ledger as run_ledger
 from tests.conftest import STAGE_ORDER, TINY_LOCOMO, make_client, rows, run_overrides, run_stages
 from tests.fake_openai import FakeOpenAI, FaultPlan
-from tests.test_retrieve import E5, Q, index, make, plan  # noqa: F401 - index is a fixture
+from tests.test_retrieve import E5, Q, build_memory, make, plan
 
 CONFIG = "configs/locomo.yaml"
 MOVED = Hop("h1", anchor=Anchor(entity="Caroline", property="moved_to"), bridge_request="the city Caroline moved to")
 RESIDENT = Hop("h2", anchor=Anchor(entity="$h1.bridge", property="new_resident"), depends_on=["h1"])
+
+
+@pytest.fixture(scope="module")
+def memory_index():
+    """The hand-built memory of test_retrieve (what its ``index`` fixture gives)."""
+    return build_memory()
 
 
 class Resolver:
@@ -56,9 +62,9 @@ def test_parse_bridge_keeps_only_ids_it_showed_and_rejects_bad_shapes():
             parse_bridge(bad, ["e1"])
 
 
-def test_a_dependent_hop_searches_with_the_resolved_value(index):
+def test_a_dependent_hop_searches_with_the_resolved_value(memory_index):
     resolver = Resolver("Boston")
-    row = make(index).retrieve(Q(), plan(MOVED, RESIDENT), resolver)
+    row = make(memory_index).retrieve(Q(), plan(MOVED, RESIDENT), resolver)
     (hop_id, anchor, text, ids), = resolver.seen  # one call: only h1 declares a bridge
     assert (hop_id, anchor) == ("h1", MOVED.anchor)
     assert ids[0] == E5 and f"### Episode {E5}" in text  # h1's own episodes, best first
@@ -66,18 +72,18 @@ def test_a_dependent_hop_searches_with_the_resolved_value(index):
     assert row.coverage == {"h1": True, "h2": True}  # Boston's record is found through the bridge
     assert [b.value for b in row.bridges] == ["Boston"] and not row.fallback_used
 
-    off = make(index).retrieve(Q(), plan(MOVED, RESIDENT), None)  # retrieve.bridges=false
+    off = make(memory_index).retrieve(Q(), plan(MOVED, RESIDENT), None)  # retrieve.bridges=false
     assert off.resolved_anchors["h2"].entity == "" and off.coverage["h2"] is False
     assert off.bridges == [] and off.llm_calls == []
 
 
-def test_retrieval_time_counts_the_call_latency_not_the_wait(index):
-    row = make(index).retrieve(Q(), plan(MOVED, RESIDENT), Resolver(sleep=0.3, latency=0.05))
+def test_retrieval_time_counts_the_call_latency_not_the_wait(memory_index):
+    row = make(memory_index).retrieve(Q(), plan(MOVED, RESIDENT), Resolver(sleep=0.3, latency=0.05))
     assert row.bridge_seconds == 0.05 and 0.05 <= row.seconds < 0.3
 
 
-def test_a_failed_bridge_is_recorded_and_the_dependent_hop_falls_back(index):
-    row = make(index).retrieve(Q(), plan(MOVED, RESIDENT), Resolver(error="http_500: bridge call failed"))
+def test_a_failed_bridge_is_recorded_and_the_dependent_hop_falls_back(memory_index):
+    row = make(memory_index).retrieve(Q(), plan(MOVED, RESIDENT), Resolver(error="http_500: bridge call failed"))
     assert row.fallback_used and row.error == "http_500: bridge call failed"
     assert row.resolved_anchors["h2"].entity == "" and row.episode_ids  # still retrieves
 

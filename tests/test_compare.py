@@ -1,4 +1,4 @@
-"""python -m common.compare on tiny hand-written run directories.
+"""python -m common.report.compare on tiny hand-written run directories.
 
 Expected counts, accuracies, p-values and Table 10 numbers are derived by hand from the labels
 written below (comments show the arithmetic), never read back from the code under test.
@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from common.compare import main
-from common.schema import Gold
+from common.core.schema import Gold
+from common.report.compare import main
 from tests.conftest import REPO
 from tests.test_stats import exact_mcnemar_p, locomo_gold, pearson, write_run
 
@@ -162,7 +162,7 @@ def test_compare_refuses_bad_input(two_runs, tmp_path, capsys):
 
 def test_compare_module_entry_point(two_runs):
     a, b = two_runs
-    proc = subprocess.run([sys.executable, "-m", "common.compare", str(a), str(b)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "common.report.compare", str(a), str(b)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "# locomo: compare two runs" in proc.stdout and "| temporal | 50.0 [" in proc.stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from common.benchmarks.locomo import load_locomo
-from common.config import load_config
+from common.core.config import load_config
 from tests.conftest import TINY_LOCOMO, rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ needs_model = pytest.mark.skipif(not HAVE_DEMO_MODEL, reason="demo extras not in
 
 # ----------------------------------------------------------------------------- data
 def test_choose_data_falls_back_to_the_sample(tmp_path):
-    from common.demo import SAMPLE_PATH, choose_data
+    from common.demo.app import SAMPLE_PATH, choose_data
 
     assert choose_data(env={}, root=tmp_path) == (SAMPLE_PATH, "sample")
     (tmp_path / "data").mkdir()
@@ -40,7 +40,7 @@ def test_choose_data_falls_back_to_the_sample(tmp_path):
 
 
 def test_sample_conversation_is_valid_locomo():
-    from common.demo import SAMPLE_PATH
+    from common.demo.app import SAMPLE_PATH
 
     data = load_locomo(SAMPLE_PATH)
     assert len({s.memory_id for s in data.sessions}) == 1
@@ -51,7 +51,7 @@ def test_sample_conversation_is_valid_locomo():
 
 
 def test_demo_input_cuts_sessions_and_keeps_answerable_questions(tmp_path):
-    from common.demo import write_demo_input
+    from common.demo.app import write_demo_input
 
     raw = json.loads(TINY_LOCOMO.read_text())[0]
     conv = raw["conversation"]
@@ -71,14 +71,14 @@ def test_demo_input_cuts_sessions_and_keeps_answerable_questions(tmp_path):
 
 
 def test_demo_input_rejects_unknown_conversation(tmp_path):
-    from common.demo import SAMPLE_PATH, write_demo_input
+    from common.demo.app import SAMPLE_PATH, write_demo_input
 
     with pytest.raises(ValueError, match="conv-404"):
         write_demo_input(SAMPLE_PATH, tmp_path, "sample", "conv-404")
 
 
 def test_demo_input_on_real_locomo_fits_the_budget(tmp_path, real_locomo):
-    from common.demo import MAX_TURNS, write_demo_input
+    from common.demo.app import MAX_TURNS, write_demo_input
 
     out = write_demo_input(real_locomo, tmp_path, "locomo")
     assert out.conversation == "conv-26" and out.sessions_total == 19
@@ -90,7 +90,7 @@ def test_demo_input_on_real_locomo_fits_the_budget(tmp_path, real_locomo):
 
 # ----------------------------------------------------------------------------- config
 def test_demo_config_points_every_role_at_the_local_model():
-    from common.local_llm import DEFAULT_PORT, MODEL_NAME
+    from common.demo.local_llm import DEFAULT_PORT, MODEL_NAME
 
     cfg = load_config(["configs/demo.yaml"])
     for role in ("partition", "extract", "plan", "answer", "judge"):
@@ -109,7 +109,7 @@ def test_demo_schemas_compile_and_accept_what_the_stages_parse():
     """Each role's schema compiles, and a reply the stage accepts is inside the schema."""
     from llguidance import LLMatcher
 
-    from common.local_server import compile_grammar, json_schema_of
+    from common.demo.local_server import compile_grammar, json_schema_of
 
     cfg = load_config(["configs/demo.yaml"])
     accepted = {
@@ -127,8 +127,8 @@ def test_demo_schemas_compile_and_accept_what_the_stages_parse():
                 "plan": {**accepted["plan"], "hops": [{**hop, "depends_on": ["h1"]}]},
                 "extract": {"records": [{**accepted["extract"]["records"][0], "entity": ", "}]}}
     # Inside the schema means accepted by the stage; the self-dependent hop is what made plans fail.
-    from common.judge import parse_label
-    from common.plan import PlanError, normalize_plan
+    from common.evaluation.judge import parse_label
+    from common.method.plan import PlanError, normalize_plan
 
     assert normalize_plan(accepted["plan"]).hops[0].anchor.entity == "Priya"
     assert parse_label(json.dumps(accepted["judge"])) == 0
@@ -162,7 +162,8 @@ def _matches(schema: dict, value) -> bool:
         rest = value[len(prefix):] if isinstance(value, list) else []
         return (isinstance(value, list) and schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", 10**9)
                 and all(_matches(s, v) for s, v in zip(prefix, value))
-                and (not rest or (schema.get("items") is not False and all(_matches(schema["items"], v) for v in rest))))
+                and (not rest or (schema.get("items") is not False
+                                  and all(_matches(schema["items"], v) for v in rest))))
     if t == "string":
         return (isinstance(value, str) and schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", 10**9)
                 and ("pattern" not in schema or re.search(schema["pattern"], value) is not None))
@@ -171,7 +172,7 @@ def _matches(schema: dict, value) -> bool:
 
 # ----------------------------------------------------------------------------- server, no model
 def test_response_format_mapping():
-    from common.local_server import RequestError, json_schema_of
+    from common.demo.local_server import RequestError, json_schema_of
 
     assert json_schema_of(None) is None
     assert json_schema_of({"type": "text"}) is None
@@ -184,7 +185,7 @@ def test_response_format_mapping():
 
 
 def test_chat_request_validation():
-    from common.local_server import RequestError, parse_chat_request
+    from common.demo.local_server import RequestError, parse_chat_request
 
     ok = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "temperature": 0}, 64)
     assert (ok["max_tokens"], ok["temperature"], ok["grammar"], ok["stop"]) == (64, 0.0, None, ())
@@ -197,7 +198,7 @@ def test_chat_request_validation():
 
 
 def test_missing_model_package_is_one_clear_line(monkeypatch):
-    from common import local_llm
+    from common.demo import local_llm
 
     monkeypatch.setattr(local_llm, "MODEL_PACKAGE", "no_such_model_package_xyz")
     with pytest.raises(local_llm.LocalModelError, match="--no-deps -r requirements-demo.txt"):
@@ -207,7 +208,7 @@ def test_missing_model_package_is_one_clear_line(monkeypatch):
 def test_port_in_use_is_refused_before_starting(tmp_path):
     import socket
 
-    from common.local_llm import LocalEndpoint, LocalModelError
+    from common.demo.local_llm import LocalEndpoint, LocalModelError
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -229,7 +230,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory):
-    from common.local_llm import LocalEndpoint
+    from common.demo.local_llm import LocalEndpoint
 
     log = tmp_path_factory.mktemp("server") / "server.log"
     ep = LocalEndpoint(port=_free_port(), log_path=log)
@@ -240,8 +241,8 @@ def endpoint(tmp_path_factory):
 
 @needs_model
 def test_local_endpoint_answers_schema_valid_json_through_the_harness_client(endpoint, tmp_path):
-    from common.llm import LLMClient, ResponseCache, RoleSettings, parse_json_object
-    from common.local_llm import MODEL_NAME
+    from common.core.llm import LLMClient, ResponseCache, RoleSettings, parse_json_object
+    from common.demo.local_llm import MODEL_NAME
 
     schema = {"type": "object", "additionalProperties": False, "required": ["label"],
               "properties": {"label": {"enum": ["CORRECT", "WRONG"]}}}
@@ -286,7 +287,7 @@ def test_local_endpoint_rejects_bad_requests_without_dying(endpoint):
 
 @needs_model
 def test_endpoint_stops_on_interrupt(tmp_path):
-    from common.local_llm import LocalEndpoint, port_in_use
+    from common.demo.local_llm import LocalEndpoint, port_in_use
 
     ep = LocalEndpoint(port=_free_port(), cache_dir=None, log_path=tmp_path / "s.log")
     with pytest.raises(KeyboardInterrupt):
@@ -301,11 +302,11 @@ def test_endpoint_stops_on_interrupt(tmp_path):
 
 # ----------------------------------------------------------------------------- the command
 def test_demo_command_end_to_end_on_the_fake_server(fake_server, tmp_path, capsys, monkeypatch):
-    """``python -m common.demo --endpoint`` runs 01-09 on the sample and reports every count."""
-    from common.demo import main
+    """``python -m common.demo.app --endpoint`` runs 01-09 on the sample and reports every count."""
+    from common.demo.app import main
 
     monkeypatch.delenv("LOCOMO_JSON", raising=False)
-    monkeypatch.setattr("common.demo.DOWNLOADED_PATH", "no/such/file.json")
+    monkeypatch.setattr("common.demo.app.DOWNLOADED_PATH", "no/such/file.json")
     sets = ["--set", f"run.results_dir={tmp_path / 'demo'}", "--set", f"llm.cache_path={tmp_path / 'llm.sqlite'}",
             "--set", f"embedding.cache_path={tmp_path / 'emb.sqlite'}", "--set", "llm.initial_wait=0.01"]
     assert main(["--endpoint", fake_server.base_url, "--limit", "3", *sets]) == 0
@@ -315,11 +316,11 @@ def test_demo_command_end_to_end_on_the_fake_server(fake_server, tmp_path, capsy
     assert len(judged) == 3
     correct = sum(r["label"] == 1 for r in judged)
     assert f"({correct}/3)" in out  # the table's overall cell, recomputed from the judge rows
-    plans = rows(run_dir / "05_plans.jsonl")
+    plans = rows(run_dir / "05_plan.jsonl")
     fallback = sum(r["fallback_used"] for r in plans)
     assert any(line.split()[:1] == ["05_plan"] and f"{fallback} fallback" in line for line in out.splitlines())
     assert "NOT comparable to the paper" in out and "make locomo" in out
-    for name in ("metrics.json", "07_answers.jsonl", "02_episodes.jsonl"):
+    for name in ("metrics.json", "07_answer.jsonl", "02_episodes.jsonl"):
         assert str(run_dir / name) in out
     # The JSON roles sent their demo schema; the answer role sent none.
     assert fake_server.requests_of_kind("judge_locomo")[0]["response_format"]["type"] == "json_schema"
@@ -327,7 +328,7 @@ def test_demo_command_end_to_end_on_the_fake_server(fake_server, tmp_path, capsy
 
 
 def test_demo_reports_bad_data_in_one_line(tmp_path, capsys):
-    from common.demo import main
+    from common.demo.app import main
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"sample_id": "x", "conversation": {"speaker_a": "A"}, "qa": []}]))
@@ -345,10 +346,10 @@ def test_server_exits_when_its_parent_is_killed(tmp_path):
     import sys
     import time
 
-    from common.local_llm import port_in_use
+    from common.demo.local_llm import port_in_use
 
     port = _free_port()
-    code = ("import sys, time; from common.local_llm import LocalEndpoint; "
+    code = ("import sys, time; from common.demo.local_llm import LocalEndpoint; "
             f"ep = LocalEndpoint(port={port}, cache_dir=None).start(); print(ep.pid, flush=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
     server_pid = int(parent.stdout.readline())
@@ -375,18 +376,18 @@ def _running(pid: int) -> bool:
 @needs_model
 @pytest.mark.slow
 def test_demo_with_the_real_model_on_one_session(tmp_path, capsys, monkeypatch):
-    """``python -m common.demo`` with the embedded model, cut to one session and one question.
+    """``python -m common.demo.app`` with the embedded model, cut to one session and one question.
 
     Every JSON reply of the constrained roles parses (unless cut off by max_tokens), every call
     reached the local server, and the printed counts are those of the artifacts.
     """
     import sqlite3
 
-    from common.demo import main
-    from common.local_llm import port_in_use
+    from common.demo.app import main
+    from common.demo.local_llm import port_in_use
 
     monkeypatch.delenv("LOCOMO_JSON", raising=False)
-    monkeypatch.setattr("common.demo.DOWNLOADED_PATH", "no/such/file.json")
+    monkeypatch.setattr("common.demo.app.DOWNLOADED_PATH", "no/such/file.json")
     port = _free_port()
     cache = tmp_path / "llm.sqlite"
     args = ["--max-turns", "8", "--limit", "1", "--set", f"models.default.base_url=http://127.0.0.1:{port}/v1",
@@ -405,6 +406,8 @@ def test_demo_with_the_real_model_on_one_session(tmp_path, capsys, monkeypatch):
     for request, text, usage in replies:
         if "response_format" in request and usage["completion_tokens"] < request["max_tokens"]:
             assert isinstance(json.loads(text), dict)
-    plans = rows(run_dir / "05_plans.jsonl")
+    plans = rows(run_dir / "05_plan.jsonl")
     line = next(x for x in out.splitlines() if x.startswith("05_plan "))
-    assert line.split()[1:4] == ["1", str(sum(r["repaired"] for r in plans)), str(sum(r["fallback_used"] for r in plans))]
+    assert line.split()[1:4] == [
+        "1", str(sum(r["repaired"] for r in plans)), str(sum(r["fallback_used"] for r in plans))
+    ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from common import dryrun
-from common.config import load_config
+from common.core.config import load_config
+from common.pipeline import dryrun
 from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages
 
 
@@ -23,8 +23,11 @@ def test_estimate_counts_are_exact_where_known_and_nothing_is_written(tmp_path):
     assert est["total"]["cost_usd"] >= 0 and all(s["prompt_tokens"] > 0 for s in est["stages"])
     assert not (tmp_path / "results").exists()
     # A baseline skips 02-05 entirely; full context costs more input than no memory.
-    full = dryrun.estimate(load_config(["configs/locomo.yaml"], run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": "full_context"})))
-    none = dryrun.estimate(load_config(["configs/locomo.yaml"], run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": "no_memory"})))
+    def baseline(method):
+        return dryrun.estimate(load_config(["configs/locomo.yaml"],
+                                           run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": method})))
+
+    full, none = baseline("full_context"), baseline("no_memory")
     assert [s["stage"] for s in full["stages"]] == ["07_answer", "08_judge_gpt-4o-mini"]
     assert _stage(full, "07_answer")["prompt_tokens"] > _stage(none, "07_answer")["prompt_tokens"]
 

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from common.config import load_config
-from common.fingerprint import FingerprintMismatch
-from common.stages import STAGES, Run, StageFailed
+from common.core.config import load_config
+from common.core.fingerprint import FingerprintMismatch
+from common.pipeline.engine import Run, run_stage
 from tests import conftest
+from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides
 from tests.conftest import STAGE_ORDER as ORDER
-from tests.conftest import REPO, rows, TINY_LOCOMO, run_overrides
-
-
 
 
 def run_stages(sets: list[str], stages: list[str] = ORDER) -> Run:
@@ -39,9 +37,10 @@ def test_make_locomo_on_fixture_then_rerun_makes_zero_requests(tmp_path, fake_se
     assert len(rows(run_dir / "01_sessions.jsonl")) == 4
     assert len(rows(run_dir / "01_questions.jsonl")) == 11
     # Questions carry nothing the method must not see.
-    assert all(set(q) == {"qid", "memory_id", "question", "question_date"} for q in rows(run_dir / "01_questions.jsonl"))
+    assert all(set(q) == {"qid", "memory_id", "question", "question_date"}
+               for q in rows(run_dir / "01_questions.jsonl"))
     assert len(rows(run_dir / "02_episodes.jsonl")) == 4
-    assert len(rows(run_dir / "07_answers.jsonl")) == 11
+    assert len(rows(run_dir / "07_answer.jsonl")) == 11
     judged = rows(run_dir / "08_judge_gpt-4o-mini.jsonl")
     assert len(judged) == 9  # categories 1-4 only; the two category-5 questions are excluded
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -99,7 +98,7 @@ def test_interrupted_answer_stage_resumes_without_paying_twice(tmp_path, fake_se
     run_stages(sets, ["answer"])
     assert fake_server.counts_by_kind()["answer"] - before == 11 - 3
     # Same rows in the same order; only the measured latency of the re-made calls differs.
-    strip = lambda text: [{k: v for k, v in json.loads(l).items() if k != "latency"} for l in text.splitlines()]  # noqa: E731
+    strip = lambda text: [{k: v for k, v in json.loads(line).items() if k != "latency"} for line in text.splitlines()]  # noqa: E731
     assert strip(answers.read_text()) == strip(complete.decode())
 
 
@@ -116,7 +115,7 @@ def test_no_endpoint_stops_at_once_with_one_line(tmp_path):
 @pytest.mark.slow
 def test_real_conversation_end_to_end(tmp_path, fake_server, monkeypatch, real_locomo):
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
-    sets = run_overrides(tmp_path, real_locomo, **{"data.conversations": "[conv-26]", "data.question_limit": 40})
+    sets = run_overrides(tmp_path, real_locomo, **{"data.memories": "[conv-26]", "data.question_limit": 40})
     run = run_stages(sets)
     sessions = rows(run.path("sessions"))
     assert len(sessions) == 19 and sum(len(s["turns"]) for s in sessions) == 419
@@ -185,5 +184,5 @@ def test_changed_settings_are_refused_instead_of_mixed(tmp_path, fake_server, mo
     # A larger question selection is not a settings change: the run extends.
     run_stages(sets + ["data.question_limit=2"], ["preprocess", "plan", "retrieve"])
     forced = Run(load_config(["configs/locomo.yaml"], changed), force=True, progress=False)
-    STAGES["retrieve"](forced)
+    run_stage(forced, "retrieve")
     assert {r["mode"] for r in rows(forced.path("retrievals"))} == {"dense_only"}

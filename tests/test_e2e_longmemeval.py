@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from common.stages import Run
+from common.pipeline.engine import Run
 from tests import conftest
-from tests.conftest import STAGE_ORDER as ORDER
 from tests.conftest import REPO, rows, run_overrides
+from tests.conftest import STAGE_ORDER as ORDER
 
 TINY = REPO / "tests" / "fixtures" / "lme_tiny.json"
 REAL_ITEM = REPO.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_single_e47becba.json"
@@ -32,7 +32,7 @@ def test_make_longmemeval_on_fixture_then_rerun_makes_zero_requests(tmp_path, fa
     assert first.returncode == 0, first.stderr[-2000:]
     run_dir = tmp_path / "results" / "longmemeval" / "t"
     items = json.loads(TINY.read_text())
-    assert len(rows(run_dir / "07_answers.jsonl")) == len(items)
+    assert len(rows(run_dir / "07_answer.jsonl")) == len(items)
     judged = rows(run_dir / "08_judge_gpt-4o-mini.jsonl")
     assert len(judged) == len(items)  # every LongMemEval question is judged, abstention included
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -90,7 +90,8 @@ def test_no_prompt_of_stages_02_to_07_depends_on_gold_fields(tmp_path, fake_serv
         assert t not in text
     for it in items:
         # Answers that occur nowhere in the haystack (and are long enough not to occur by chance).
-        if len(str(it["answer"])) >= 4 and str(it["answer"]) not in " ".join(str(turn["content"]) for s in it["haystack_sessions"] for turn in s):
+        haystack = " ".join(str(turn["content"]) for s in it["haystack_sessions"] for turn in s)
+        if len(str(it["answer"])) >= 4 and str(it["answer"]) not in haystack:
             assert str(it["answer"]) not in text
 
 

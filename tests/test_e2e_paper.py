@@ -5,7 +5,6 @@ the per-question judge and gold files it came from.
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -30,9 +29,9 @@ def _make(target: str, env: dict, **vars: str) -> subprocess.CompletedProcess:
 
 def _recount(run_dir: Path, judge: str, benchmark: str) -> dict[str, tuple[int, int]]:
     """(k, n) per category and overall, straight from 01_gold + 08_judge (failures count wrong)."""
-    from common.benchmarks import registry
     from common.benchmarks.locomo import CATEGORY_NAMES
-    from common.schema import Gold, from_dict
+    from common.benchmarks.registry import adapter as registry
+    from common.core.schema import Gold, from_dict
 
     adapter = registry(benchmark)
     labels = {r["qid"]: r["label"] for r in rows(run_dir / f"08_judge_{judge}.jsonl")}

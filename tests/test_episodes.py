@@ -1,24 +1,21 @@
-"""Stage 02 (common/episodes.py): partition validation, fixed units, LLM partition with repair/fallback."""
+"""Stage 02 (common/method/episodes.py): partition validation, fixed units, LLM partition with repair/fallback."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from tests import conftest
-
-
-from tests.fake_openai import FakeOpenAI, FaultPlan
-
-from common.episodes import (
+from common.core.llm import LLMClient
+from common.core.schema import Session, Turn
+from common.method.episodes import (
     PartitionError,
     episode_id,
     fixed_episodes,
     partition_session,
     validate_segments,
 )
-from common.llm import LLMClient
-from common.schema import Session, Turn
+from tests import conftest
+from tests.fake_openai import FakeOpenAI, FaultPlan
 
 TEXTS = conftest.DIALOGUE
 

@@ -1,19 +1,15 @@
-"""Stage 03 (common/extract.py): record normalization, prompt assembly, LLM extraction."""
+"""Stage 03 (common/method/extract.py): record normalization, prompt assembly, LLM extraction."""
 from __future__ import annotations
-
 
 import pytest
 
+from common.core import prompts
+from common.core.llm import LLMClient
+from common.core.schema import Episode, Session, Turn
+from common.method.extract import GRANULARITIES, extract_episode, extract_messages, normalize_records
+from common.method.render import MemoryView
 from tests import conftest
-
-
 from tests.fake_openai import FakeOpenAI, FaultPlan
-
-from common import prompts
-from common.extract import GRANULARITIES, extract_episode, extract_messages, normalize_records
-from common.llm import LLMClient
-from common.render import MemoryView
-from common.schema import Episode, Session, Turn
 
 TEXTS = conftest.DIALOGUE
 EP_IDS = ["D1:3", "D1:4", "D1:5"]

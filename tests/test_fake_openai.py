@@ -6,18 +6,21 @@ import math
 
 import pytest
 
-
-openai = pytest.importorskip("openai")
-
+from common.core.prompts import PROMPT_DIR
 from tests.fake_openai import (
+    CHAT_KINDS,
     FAKE_MODEL,
     MALFORMED_CONTENT,
+    PROMPT_ID_HEADER,
+    PROMPT_KINDS,
     FakeOpenAI,
     FaultPlan,
-    detect_kind,
+    kind_for_prompt_id,
     parse_turns,
     plan_entity_property,
 )
+
+openai = pytest.importorskip("openai")
 
 TURNS = [
     ("D1:1", "Caroline", "I went to the LGBTQ support group yesterday and it was powerful."),
@@ -59,6 +62,17 @@ PROMPTS = {
     "answer": msgs("Answer only from the supplied memory.", render_turns() + "\nQuestion: What did Caroline do?"),
     "judge_locomo": msgs("Label the answer CORRECT or WRONG.", "Question: x\nGold: y\nAnswer: z"),
 }
+# The X-Prompt-Id each prompt above is sent with: the kind comes from the header, never the text.
+PROMPT_IDS = {
+    "partition": "partition_user",
+    "partition_repair": "partition_repair_user",
+    "extract": "extract_user",
+    "extract_repair": "extract_repair_user",
+    "plan": "plan_user",
+    "plan_repair": "plan_repair_user",
+    "answer": "answer_user",
+    "judge_locomo": "judge_locomo_mem0",
+}
 
 
 @pytest.fixture()
@@ -83,8 +97,15 @@ def make_client(srv: FakeOpenAI, timeout: float = 5.0, max_retries: int = 0):
     return client
 
 
-def chat(client, messages, **kw):
-    return client.chat.completions.create(model="gpt-test", messages=messages, **kw)
+def chat(client, messages, prompt_id=None, **kw):
+    """One chat request; ``prompt_id`` is sent as the X-Prompt-Id header (none when None)."""
+    headers = {PROMPT_ID_HEADER: prompt_id} if prompt_id else None
+    return client.chat.completions.create(model="gpt-test", messages=messages, extra_headers=headers, **kw)
+
+
+def ask(client, kind, **kw):
+    """The prompt of ``kind`` with its prompt id."""
+    return chat(client, PROMPTS[kind], PROMPT_IDS[kind], **kw)
 
 
 # --------------------------------------------------------------------------- basics
@@ -95,12 +116,26 @@ def test_base_url_and_models(server):
     assert server.request_count == 0
 
 
-def test_kind_detection_order():
-    for kind, messages in PROMPTS.items():
-        assert detect_kind(messages) == kind
-    assert detect_kind([{"role": "user", "content": "hello"}]) == "unknown"
-    # Repair markers only count in system messages.
-    assert detect_kind([{"role": "user", "content": "You repair an invalid retrieval plan"}]) == "unknown"
+def test_kind_lookup_by_prompt_id():
+    for kind, prompt_id in PROMPT_IDS.items():
+        assert kind_for_prompt_id(prompt_id) == kind
+    assert kind_for_prompt_id("hello") == "unknown"
+    assert kind_for_prompt_id(None) == kind_for_prompt_id("") == "unknown"
+    # Only the id a call is sent with counts: system templates and message text are not ids.
+    assert kind_for_prompt_id("plan_repair_system") == "unknown"
+    assert kind_for_prompt_id("You repair an invalid retrieval plan") == "unknown"
+
+
+def test_prompt_id_table_matches_the_prompt_files():
+    """Every id in the table is a template in common/prompts/, and every template the harness
+    sends as a call's id (user templates and judge templates) is in the table."""
+    files = {p.stem for p in PROMPT_DIR.glob("*.txt")}
+    assert set(PROMPT_KINDS) <= files
+    sent = {f for f in files if f.endswith("_user") or f.startswith("judge_")}
+    assert sent == set(PROMPT_KINDS)
+    assert set(PROMPT_KINDS.values()) == CHAT_KINDS
+    assert {"partition", "partition_repair", "extract", "extract_repair", "plan", "plan_repair", "bridge",
+            "bridge_repair", "answer", "judge_locomo", "judge_lme"} == CHAT_KINDS
 
 
 def test_parse_turns_skips_image_lines():
@@ -111,7 +146,7 @@ def test_parse_turns_skips_image_lines():
 
 
 def test_response_schema(server):
-    resp = chat(make_client(server), PROMPTS["judge_locomo"], response_format={"type": "json_object"})
+    resp = ask(make_client(server), "judge_locomo", response_format={"type": "json_object"})
     assert resp.object == "chat.completion"
     assert resp.id and resp.created > 0
     assert resp.model == "gpt-test"
@@ -126,7 +161,7 @@ def test_response_schema(server):
 # --------------------------------------------------------------------------- per kind
 @pytest.mark.parametrize("kind", ["partition", "partition_repair"])
 def test_partition(server, kind):
-    data = json.loads(chat(make_client(server), PROMPTS[kind]).choices[0].message.content)
+    data = json.loads(ask(make_client(server), kind).choices[0].message.content)
     segs = data["segments"]
     ids = [t[0] for t in TURNS]
     pos = {d: i for i, d in enumerate(ids)}
@@ -145,7 +180,7 @@ def test_partition(server, kind):
 
 @pytest.mark.parametrize("kind", ["extract", "extract_repair"])
 def test_extract(server, kind):
-    data = json.loads(chat(make_client(server), PROMPTS[kind]).choices[0].message.content)
+    data = json.loads(ask(make_client(server), kind).choices[0].message.content)
     recs = data["records"]
     assert [r["evidence_dia_ids"] for r in recs] == [[t[0]] for t in TURNS]
     keys = {"entity", "entity_type", "property", "value", "condition_property", "condition_value",
@@ -168,7 +203,7 @@ def test_extract(server, kind):
 
 @pytest.mark.parametrize("kind", ["plan", "plan_repair"])
 def test_plan(server, kind):
-    data = json.loads(chat(make_client(server), PROMPTS[kind]).choices[0].message.content)
+    data = json.loads(ask(make_client(server), kind).choices[0].message.content)
     assert set(data) == {"answer_target", "reasoning_type", "retrieval_scope", "required_properties", "hops"}
     assert data["answer_target"]["type"] == "value"
     rp = data["required_properties"][0]
@@ -193,9 +228,9 @@ def test_plan_entity_fallback():
 
 def test_answer(server):
     client = make_client(server)
-    assert chat(client, PROMPTS["answer"]).choices[0].message.content == "I went to the LGBTQ support"
+    assert ask(client, "answer").choices[0].message.content == "I went to the LGBTQ support"
     empty = msgs("Answer only from the supplied memory.", "No memory.\nQuestion: what?")
-    assert chat(client, empty).choices[0].message.content == "Unknown"
+    assert chat(client, empty, "answer_user").choices[0].message.content == "Unknown"
 
 
 def test_judge_deterministic_and_mixed(server):
@@ -203,8 +238,8 @@ def test_judge_deterministic_and_mixed(server):
     labels = []
     for i in range(40):
         m = msgs("Reply CORRECT or WRONG as JSON.", f"Question: q{i}\nAnswer: a{i}")
-        first = json.loads(chat(client, m).choices[0].message.content)
-        again = json.loads(chat(client, m).choices[0].message.content)
+        first = json.loads(chat(client, m, "judge_locomo_mem0").choices[0].message.content)
+        again = json.loads(chat(client, m, "judge_locomo_mem0").choices[0].message.content)
         assert first == again and set(first) == {"label"}
         labels.append(first["label"])
     assert set(labels) == {"CORRECT", "WRONG"}
@@ -216,6 +251,40 @@ def test_unknown_kind_is_bad_request(server):
         chat(make_client(server), [{"role": "user", "content": "Tell me a joke"}])
     assert exc.value.status_code == 400
     assert server.counts_by_kind() == {"unknown": 1}
+
+
+def test_kind_comes_from_the_header_not_the_text(server):
+    """The messages of a partition prompt sent with a plan id get a plan; the kind is logged too."""
+    client = make_client(server)
+    data = json.loads(chat(client, PROMPTS["partition"], "plan_user").choices[0].message.content)
+    assert "hops" in data and "segments" not in data
+    # A repair id selects the repair kind whatever the system message says.
+    data = json.loads(chat(client, PROMPTS["extract"], "partition_repair_user").choices[0].message.content)
+    assert "segments" in data
+    assert server.request_kinds == ["plan", "partition_repair"]
+    assert [h[PROMPT_ID_HEADER.lower()] for h in server.request_headers] == ["plan_user", "partition_repair_user"]
+    for kind in ("judge_lme", "bridge"):
+        pid = next(p for p, k in PROMPT_KINDS.items() if k == kind)
+        chat(client, [{"role": "user", "content": "Question: q\n### Episode e1 | t\n[D1:1] A: Bob came"}], pid)
+    assert server.request_kinds[-2:] == ["judge_lme", "bridge"]
+
+
+def test_missing_or_unknown_prompt_id_is_a_clear_error(server):
+    """Marker text alone no longer identifies a prompt: the 400 names the header to send."""
+    client = make_client(server)
+    with pytest.raises(openai.BadRequestError) as missing:
+        chat(client, PROMPTS["plan"])  # the old marker strings are all there, but no header
+    with pytest.raises(openai.BadRequestError) as unknown:
+        chat(client, PROMPTS["plan"], "plan_system")
+    for exc in (missing, unknown):
+        assert exc.value.status_code == 400
+        err = exc.value.body
+        assert err["code"] == "unknown_prompt_kind" and err["type"] == "invalid_request_error"
+        assert PROMPT_ID_HEADER in err["message"] and err["param"] == PROMPT_ID_HEADER
+    assert "no X-Prompt-Id header" in missing.value.body["message"]
+    assert "'plan_system' is not a known prompt id" in unknown.value.body["message"]
+    assert server.counts_by_kind() == {"unknown": 2}
+    assert server.faults_injected == [] and server.replies == {}
 
 
 # --------------------------------------------------------------------------- embeddings
@@ -248,12 +317,12 @@ def test_scripted_http_faults(fault, exc_type):
     with FakeOpenAI(faults=FaultPlan(script=[fault])) as srv:
         client = make_client(srv)
         with pytest.raises(getattr(openai, exc_type)) as exc:
-            chat(client, PROMPTS["judge_locomo"])
+            ask(client, "judge_locomo")
         assert exc.value.status_code == int(fault)
         if fault == "429":
             assert exc.value.response.headers.get("retry-after") == "0"
         # The script is used up: the next request is answered normally.
-        json.loads(chat(client, PROMPTS["judge_locomo"]).choices[0].message.content)
+        json.loads(ask(client, "judge_locomo").choices[0].message.content)
         assert srv.faults_injected == [(0, "judge_locomo", fault)]
         assert srv.request_count == 2
 
@@ -261,7 +330,7 @@ def test_scripted_http_faults(fault, exc_type):
 def test_retrying_client_recovers_from_429():
     with FakeOpenAI(faults=FaultPlan(script=["429", "500"])) as srv:
         client = make_client(srv, max_retries=2)
-        json.loads(chat(client, PROMPTS["judge_locomo"]).choices[0].message.content)
+        json.loads(ask(client, "judge_locomo").choices[0].message.content)
         assert srv.request_count == 3
         assert [f[2] for f in srv.faults_injected] == ["429", "500"]
 
@@ -269,14 +338,14 @@ def test_retrying_client_recovers_from_429():
 def test_timeout_fault():
     with FakeOpenAI(faults=FaultPlan(script=["timeout"], timeout_seconds=2.0)) as srv:
         with pytest.raises(openai.APITimeoutError):
-            chat(make_client(srv, timeout=0.5), PROMPTS["plan"])
+            ask(make_client(srv, timeout=0.5), "plan")
         assert srv.faults_injected == [(0, "plan", "timeout")]
 
 
 def test_content_faults():
     with FakeOpenAI(faults=FaultPlan(script=["malformed", "truncated", "empty", "ok"])) as srv:
         client = make_client(srv)
-        contents = [chat(client, PROMPTS["extract"]).choices[0].message.content for _ in range(4)]
+        contents = [ask(client, "extract").choices[0].message.content for _ in range(4)]
         assert contents[0] == MALFORMED_CONTENT
         assert contents[2] == ""
         good = contents[3]
@@ -292,10 +361,10 @@ def test_fault_kinds_filter():
     plan = FaultPlan(script=["500"], kinds={"extract"})
     with FakeOpenAI(faults=plan) as srv:
         client = make_client(srv)
-        chat(client, PROMPTS["plan"])  # not eligible, answered normally
+        ask(client, "plan")  # not eligible, answered normally
         client.embeddings.create(model="e", input="x")  # never faulted
         with pytest.raises(openai.InternalServerError):
-            chat(client, PROMPTS["extract"])
+            ask(client, "extract")
         assert srv.faults_injected == [(2, "extract", "500")]
         assert srv.counts_by_kind() == {"plan": 1, "embeddings": 1, "extract": 1}
 
@@ -306,7 +375,7 @@ def _rate_run(seed: int) -> list[tuple[int, str, str]]:
         client = make_client(srv)
         for _ in range(30):
             try:
-                chat(client, PROMPTS["judge_locomo"])
+                ask(client, "judge_locomo")
             except openai.APIStatusError:
                 pass
         assert srv.request_count == 30
@@ -331,8 +400,8 @@ def test_fault_plan_validation():
 # --------------------------------------------------------------------------- accounting
 def test_request_count_and_kinds(server):
     client = make_client(server)
-    for kind, messages in PROMPTS.items():
-        chat(client, messages)
+    for kind in PROMPTS:
+        ask(client, kind)
     client.embeddings.create(model="e", input=["a", "b"])
     client.models.list()  # not counted
     with pytest.raises(openai.BadRequestError):
@@ -352,10 +421,13 @@ def test_latency_and_concurrency():
         client = make_client(srv)
         t0 = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            outs = list(pool.map(lambda _: chat(client, PROMPTS["answer"]).choices[0].message.content, range(8)))
+            outs = list(pool.map(lambda _: ask(client, "answer").choices[0].message.content, range(8)))
         elapsed = time.perf_counter() - t0
         assert elapsed >= 0.2 and elapsed < 1.5  # served concurrently
         assert len(set(outs)) == 1 and srv.request_count == 8
+        served = srv.latencies_of_kind("answer")  # arrival to reply, as the server measured it
+        assert len(served) == 8 and all(0.2 <= s < 1.5 for s in served)
+        assert srv.peak_in_flight["answer"] >= 2
 
 
 def test_stop_is_idempotent_and_restartable():

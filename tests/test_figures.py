@@ -1,4 +1,4 @@
-"""Figures 2 and 3 (common.figures) from hand-built ablation runs (see tests/test_tables.py)."""
+"""Figures 2 and 3 (common.report.figures) from hand-built ablation runs (see tests/test_tables.py)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from common import figures
-from common.experiments import load as load_experiments
+from common.pipeline.experiments import load as load_experiments
+from common.report import figures
 from tests.test_tables import PRIMARY, REPO, ablation_runs, recount
 
 

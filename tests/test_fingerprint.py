@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from common import fingerprint, prompts
-from common.config import load_config
-from common.fingerprint import FingerprintMismatch
+from common.core import fingerprint, prompts
+from common.core.config import load_config
+from common.core.fingerprint import FingerprintMismatch
 from tests.conftest import TINY_LOCOMO, run_overrides, run_stages
 
 
@@ -75,7 +75,8 @@ def test_run_refuses_rows_under_another_protocol_and_reports_fingerprints(tmp_pa
     # A different judge model on the same judge name is refused; a new judge name is its own entry.
     with pytest.raises(FingerprintMismatch, match="judge_role.model"):
         run_stages("configs/locomo.yaml", sets + ["models.judge.model=other-judge"], ["judge"])
-    run_stages("configs/locomo.yaml", sets + ["models.judge.model=other-judge", "judge.name=j2"], ["judge", "aggregate"])
+    run_stages("configs/locomo.yaml", sets + ["models.judge.model=other-judge", "judge.name=j2"],
+               ["judge", "aggregate"])
     metrics = json.loads((run.dir / "metrics.json").read_text())
     assert set(metrics["fingerprint"]["judges"]) == {"gpt-4o-mini", "j2"}
     assert metrics["fingerprint"]["judges"]["j2"] != metrics["fingerprint"]["judges"]["gpt-4o-mini"]

@@ -1,4 +1,4 @@
-"""common/judge.py label parsing, common/io.py resumable writer, common/config.py loading."""
+"""common/evaluation/judge.py label parsing, common/core/io.py resumable writer, common/core/config.py loading."""
 from __future__ import annotations
 
 import json
@@ -6,14 +6,12 @@ import os
 
 import pytest
 
-
+from common.core.config import ConfigError, load_config, to_yaml
+from common.core.io import ArtifactError, StageWriter, read_jsonl
+from common.core.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
+from common.core.schema import AnswerRow, Gold
+from common.evaluation.judge import judge_answer, parse_label
 from tests.fake_openai import FakeOpenAI
-
-from common.config import ConfigError, load_config, to_yaml
-from common.io import ArtifactError, StageWriter, read_jsonl
-from common.judge import judge_answer, parse_label
-from common.llm import LLMClient, ResponseCache, RetryPolicy, RoleSettings
-from common.schema import AnswerRow, Gold
 
 PAPER = "configs/locomo.yaml"
 
@@ -76,7 +74,7 @@ def test_judge_answer_real_call_parses_label(tmp_path):
 
 # --------------------------------------------------------------------------- io
 def test_stage_writer_resume_discards_partial_line(tmp_path):
-    path = tmp_path / "run" / "03_records.jsonl"
+    path = tmp_path / "run" / "03_extract.jsonl"
     w = StageWriter(path, "id")
     w.write({"id": "a", "v": 1})
     w.write({"id": "b", "v": 2})
@@ -152,10 +150,43 @@ def test_set_overrides_only_that_role():
 
 def test_set_yaml_parsed_values():
     cfg = load_config([PAPER], ["retrieve.point.structured_k=null", "llm.concurrency=2",
-                                "retrieve.min_score=1", "data.conversations=[conv-26]"])
+                                "retrieve.min_score=1", "data.memories=[conv-26]"])
     assert cfg.retrieve.point.structured_k is None and cfg.llm.concurrency == 2
     assert cfg.retrieve.min_score == 1.0 and isinstance(cfg.retrieve.min_score, float)
-    assert cfg.data.conversations == ["conv-26"]
+    assert cfg.data.memories == ["conv-26"]
+
+
+def test_old_key_data_conversations_is_read_with_a_warning(tmp_path):
+    """``data.conversations`` (it also held LongMemEval question ids) is now ``data.memories``."""
+    with pytest.warns(DeprecationWarning, match=r"data\.conversations is deprecated: use data\.memories"):
+        cfg = load_config([PAPER], ["data.conversations=[conv-26]"])
+    assert cfg.data.memories == ["conv-26"]
+    old = tmp_path / "old.yaml"
+    old.write_text("defaults: [%s]\ndata:\n  conversations: [conv-30]\n" % os.path.abspath(PAPER), encoding="utf-8")
+    with pytest.warns(DeprecationWarning):
+        assert load_config([str(old)]).data.memories == ["conv-30"]
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match=r"data\.memories"):
+        load_config([PAPER], ["data.conversations=conv-26"])
+
+
+def test_config_sections_are_frozen():
+    import dataclasses
+
+    cfg = load_config([PAPER])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.retrieve.mode = "dense_only"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.run = cfg.run  # type: ignore[misc]
+
+
+def test_choices_come_from_the_literal_types():
+    from common.core.config import choices
+
+    found = choices()
+    assert found["retrieve.mode"] == ("adaptive", "fixed_k", "dense_only")
+    assert found["episodes.mode"] == ("theme", "turn", "session")
+    assert found["benchmark"] == ("locomo", "longmemeval")
+    assert set(found) >= {"extract.granularity", "embedding.backend", "llm.cache_mode", "method.name"}
 
 
 @pytest.mark.parametrize("override, key", [
@@ -181,7 +212,7 @@ def test_unknown_yaml_key(tmp_path):
     ("retrieve.min_score=high", "retrieve.min_score"),
     ("episodes.include_images=3", "episodes.include_images"),
     ("retrieve.point=5", "retrieve.point"),
-    ("data.conversations=conv-26", "data.conversations"),
+    ("data.memories=conv-26", "data.memories"),
 ])
 def test_wrong_type(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

@@ -1,4 +1,4 @@
-"""common/judge_lme.py: the official LongMemEval judge templates, template choice and labels."""
+"""common/evaluation/judge_lme.py: the official LongMemEval judge templates, template choice and labels."""
 from __future__ import annotations
 
 import hashlib
@@ -6,11 +6,19 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from common import prompts
-from common.judge_lme import (PROMPT_IDS, QUESTION_TYPES, judge_answer_lme, judge_messages, official_label,
-                              render, strict_label, template_id)
-from common.llm import LLMCallError
-from common.schema import AnswerRow, Gold
+from common.core import prompts
+from common.core.llm import LLMCallError
+from common.core.schema import AnswerRow, Gold
+from common.evaluation.judge_lme import (
+    PROMPT_IDS,
+    QUESTION_TYPES,
+    fill_template,
+    judge_answer_lme,
+    judge_messages,
+    official_label,
+    strict_label,
+    template_id,
+)
 
 # sha256 of each template file's text as loaded (trailing newline stripped): the official
 # get_anscheck_prompt strings of xiaowu0162/LongMemEval src/evaluation/evaluate_qa.py with the three
@@ -105,11 +113,11 @@ def test_rendered_prompt_has_values_and_no_slots(pid):
 def test_render_matches_official_positional_format(pid):
     positional = prompts.load(pid).replace("{question}", "{}").replace("{answer}", "{}").replace("{response}", "{}")
     q, a, r = "Q {x} {answer}?", "A {question}", "R {response} {}"
-    assert render(pid, q, a, r) == positional.format(q, a, r)
+    assert fill_template(pid, q, a, r) == positional.format(q, a, r)
 
 
 def test_render_is_single_pass():
-    content = render("judge_lme_default", "what is {answer}?", "gold", "I said {question}")
+    content = fill_template("judge_lme_default", "what is {answer}?", "gold", "I said {question}")
     assert "Question: what is {answer}?" in content
     assert "Correct Answer: gold" in content
     assert "Model Response: I said {question}" in content
@@ -159,8 +167,9 @@ class StubClient:
         assert role == "judge"
         return _Settings(model="judge-m")
 
-    def complete(self, role, messages, *, json_mode=False, max_tokens=None):
-        self.calls.append({"role": role, "messages": messages, "json_mode": json_mode, "max_tokens": max_tokens})
+    def complete(self, role, messages, *, json_mode=False, max_tokens=None, prompt_id=None):
+        self.calls.append({"role": role, "messages": messages, "json_mode": json_mode, "max_tokens": max_tokens,
+                           "prompt_id": prompt_id})
         if self.error is not None:
             raise self.error
         return _Completion(text=self.reply, cache_key="ck-1")
@@ -181,9 +190,10 @@ def test_judge_answer_lme_call_shape_and_label():
     assert len(client.calls) == 1
     call = client.calls[0]
     assert call["role"] == "judge" and call["json_mode"] is False and call["max_tokens"] == 10
+    assert call["prompt_id"] == "judge_lme_abstention"  # the template sent, as the X-Prompt-Id header
     msgs = call["messages"]
     assert len(msgs) == 1 and msgs[0]["role"] == "user"
-    assert msgs[0]["content"] == render("judge_lme_abstention", a.question, g.answer, a.answer)
+    assert msgs[0]["content"] == fill_template("judge_lme_abstention", a.question, g.answer, a.answer)
     assert row.prompt_id == "judge_lme_abstention"
     assert row.label == 1 and row.parse_ok and row.raw == "Yes." and row.cache_key == "ck-1"
     assert row.judge == "gpt-4o" and row.judge_model == "judge-m" and row.qid == a.qid and row.error == ""
@@ -194,7 +204,7 @@ def test_judge_answer_lme_type_template_and_substring_label():
     client = StubClient("The answer is yes, mostly")
     a, g = _rows(qid="e47becba", qtype="knowledge-update", answer="Twice, now three times")
     row = judge_answer_lme(client, "gpt-4o", a, g)
-    assert row.prompt_id == "judge_lme_knowledge_update"
+    assert row.prompt_id == client.calls[0]["prompt_id"] == "judge_lme_knowledge_update"
     assert "Is the model response correct?" in client.calls[0]["messages"][0]["content"]
     assert row.label == 1 and row.parse_ok and strict_label(row.raw) is None
 

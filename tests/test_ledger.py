@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from common import ledger
+from common.pipeline import ledger
 from tests.conftest import TINY_LOCOMO, rows, run_overrides, run_stages
 
 PRICES = {"date": "d", "source": "s", "models": {"m-paid": {"input": 1.0, "output": 2.0}}}
@@ -16,8 +16,9 @@ def _w(path, rs):
 
 
 def test_stage_entry_counts_paid_cached_failed_tokens_latency_and_cost():
-    call = lambda p, c, lat, cached, model="m-paid": {"model": model, "usage": {"prompt_tokens": p, "completion_tokens": c},  # noqa: E731
-                                                      "latency": lat, "cached": cached}
+    def call(p, c, lat, cached, model="m-paid"):
+        return {"model": model, "usage": {"prompt_tokens": p, "completion_tokens": c}, "latency": lat, "cached": cached}
+
     rs = [{"qid": "a", "llm_calls": [call(100, 10, 1.0, False), call(50, 5, 0.0, True)]},
           {"qid": "b", "llm_calls": [call(200, 20, 3.0, False)], "fallback_used": True,
            "error": "invalid_reply: PlanError: hops[0].anchor is empty"},
@@ -40,7 +41,7 @@ def test_single_call_rows_and_judge_failures():
           {"qid": "c", "judge_model": "m-paid", "cache_key": "", "label": None, "error": "no_answer: empty_answer"},
           {"qid": "d", "judge_model": "m-paid", "cache_key": "", "label": None, "error": "no_answer: http_500: x"}]
     e = ledger.stage_entry("08_judge_x", "judge", rs, PRICES)
-    # The same causes as metrics.json (common.scoring), so the two files agree row for row.
+    # The same causes as metrics.json (common.evaluation.scoring), so the two files agree row for row.
     assert (e["calls"], e["paid"]) == (1, 1)
     assert e["failed_rows"] == {"judge_api_error": 1, "empty_answer": 1, "answer_api_error": 1}
 
@@ -59,9 +60,9 @@ def test_run_ledger_and_efficiency_match_the_artifacts(tmp_path, fake_server, mo
     assert by["08_judge_gpt-4o-mini"]["paid"] == counts["judge_locomo"]
     assert led["total"]["paid"] == sum(v for k, v in counts.items() if k != "embeddings")
     # Efficiency per question is the sum of the recorded latencies.
-    plans = {r["qid"]: r for r in rows(run.dir / "05_plans.jsonl")}
-    answers = {r["qid"]: r for r in rows(run.dir / "07_answers.jsonl")}
-    rets = {r["qid"]: r for r in rows(run.dir / "06_retrievals.jsonl")}
+    plans = {r["qid"]: r for r in rows(run.dir / "05_plan.jsonl")}
+    answers = {r["qid"]: r for r in rows(run.dir / "07_answer.jsonl")}
+    rets = {r["qid"]: r for r in rows(run.dir / "06_retrieve.jsonl")}
     for q in led["efficiency"]["per_question"]:
         plan_s = sum(c["latency"] for c in plans[q["qid"]]["llm_calls"])
         assert q["plan_s"] == pytest.approx(plan_s, abs=1e-3)
@@ -82,7 +83,8 @@ def test_cache_hits_report_the_original_latency(tmp_path, fake_server):
 
     client = make_client(fake_server, tmp_path, "answer")
     msgs = [{"role": "user", "content": "Answer only from the supplied episodes.\n[D1:1] A: hi"}]
-    first = client.complete("answer", msgs, json_mode=False)
-    again = make_client(fake_server, tmp_path, "answer").complete("answer", msgs, json_mode=False)
+    first = client.complete("answer", msgs, json_mode=False, prompt_id="answer_user")
+    again = make_client(fake_server, tmp_path, "answer").complete("answer", msgs, json_mode=False,
+                                                                 prompt_id="answer_user")
     assert not first.cached and again.cached
     assert again.latency == pytest.approx(first.latency) and first.latency > 0

@@ -1,20 +1,19 @@
-"""Tests for common/llm.py (cache, retries, endpoints, secrets, JSON parsing, map, stats).
+"""Tests for common/core/llm.py (cache, retries, endpoints, secrets, JSON parsing, map, stats).
 
-Every network call goes to the local scripted server in tests/fake_openai.py.
+Every network call goes to the local scripted server in tests/fake_openai/.
 """
 from __future__ import annotations
 
 import glob
+import json
 import threading
 import time
 
 import pytest
 
-
-from tests.fake_openai import FakeOpenAI, FaultPlan, approx_tokens, prompt_text, scripted_content
-
-from common.llm import (
+from common.core.llm import (
     OPENAI_DEFAULT_BASE_URL,
+    PROMPT_ID_HEADER,
     Completion,
     EndpointNotConfigured,
     LLMCallError,
@@ -26,9 +25,13 @@ from common.llm import (
     parse_json_object,
     resolve_endpoint,
 )
+from tests.fake_openai import FakeOpenAI, FaultPlan, approx_tokens, prompt_text, scripted_content
 
 FAST_RETRY = RetryPolicy(max_attempts=4, initial_wait=0.01, max_wait=0.05)
 SECRET = "sk-test-SECRET-7f3a9c1e5b2d4f60"
+
+
+JUDGE_PROMPT = "judge_locomo_mem0"  # the X-Prompt-Id these calls are sent with (kind judge_locomo)
 
 
 def judge_messages(i: int = 0) -> list[dict[str, str]]:
@@ -61,20 +64,21 @@ def make_client(base_url, tmp_path, *, mode="rw", timeout=2.0, concurrency=4, re
 # --------------------------------------------------------------------------- cache
 def test_cache_miss_then_hit(server, tmp_path):
     client = make_client(server.base_url, tmp_path)
-    first = client.complete("judge", judge_messages(), json_mode=True)
+    first = client.complete("judge", judge_messages(), json_mode=True, prompt_id=JUDGE_PROMPT)
     assert isinstance(first, Completion)
     assert first.cached is False
     assert server.request_count == 1
     assert parse_json_object(first.text)["label"] in ("CORRECT", "WRONG")
 
-    second = client.complete("judge", judge_messages(), json_mode=True)
+    second = client.complete("judge", judge_messages(), json_mode=True, prompt_id=JUDGE_PROMPT)
     assert server.request_count == 1  # served from the cache: no new request
     assert second.cached is True
     assert (second.text, second.cache_key, second.usage) == (first.text, first.cache_key, first.usage)
     assert second.latency == first.latency  # the original call's latency, flagged cached
 
     # A fresh client on the same sqlite file also hits (the cache is persistent).
-    again = make_client(server.base_url, tmp_path).complete("judge", judge_messages(), json_mode=True)
+    again = make_client(server.base_url, tmp_path).complete("judge", judge_messages(), json_mode=True,
+                                                          prompt_id=JUDGE_PROMPT)
     assert again.cached is True and again.text == first.text
     assert server.request_count == 1
 
@@ -86,7 +90,8 @@ def test_identical_requests_in_flight_are_paid_once(tmp_path):
     with FakeOpenAI(latency=0.3) as slow:
         client = make_client(slow.base_url, tmp_path, concurrency=8)
         distinct = [judge_messages(0)] * 6 + [judge_messages(1)] * 2
-        results = [c for _, c in client.map(lambda m: client.complete("judge", m, json_mode=True), distinct)]
+        results = [c for _, c in client.map(
+            lambda m: client.complete("judge", m, json_mode=True, prompt_id=JUDGE_PROMPT), distinct)]
         assert slow.request_count == 2  # one request per distinct prompt, though all 8 were in flight
         assert sorted(c.cached for c in results) == [False, False] + [True] * 6
         assert {c.text for c in results if c.cache_key == results[0].cache_key} == {results[0].text}
@@ -107,7 +112,7 @@ def test_a_failed_call_in_flight_is_not_shared(tmp_path):
 
 def _outcome(client: LLMClient, messages: list[dict[str, str]]) -> str:
     try:
-        client.complete("judge", messages)
+        client.complete("judge", messages, prompt_id=JUDGE_PROMPT)
         return "ok"
     except LLMCallError as exc:
         return exc.cause
@@ -132,7 +137,7 @@ def test_cache_key_literal_is_pinned():
 
 def test_complete_key_is_the_documented_payload(server, tmp_path):
     client = make_client(server.base_url, tmp_path)
-    comp = client.complete("judge", judge_messages(), json_mode=True)
+    comp = client.complete("judge", judge_messages(), json_mode=True, prompt_id=JUDGE_PROMPT)
     expected = cache_key({
         "base_url": server.base_url, "model": "m", "messages": judge_messages(), "temperature": 0.0,
         "seed": 42, "response_format": {"type": "json_object"}, "extra_body": {},
@@ -146,7 +151,8 @@ def test_complete_key_is_the_documented_payload(server, tmp_path):
 def test_cache_key_changes_with_output_relevant_fields(server, tmp_path):
     def key(messages=None, json_mode=True, **settings):
         cli = make_client(server.base_url, tmp_path, **settings)
-        return cli.complete("judge", messages or judge_messages(), json_mode=json_mode).cache_key
+        return cli.complete("judge", messages or judge_messages(), json_mode=json_mode,
+                            prompt_id=JUDGE_PROMPT).cache_key
 
     base = key()
     variants = {
@@ -171,44 +177,79 @@ def test_cache_key_changes_with_output_relevant_fields(server, tmp_path):
     assert server.request_count == n  # both were cache hits
 
 
+def test_prompt_id_is_a_header_and_not_in_the_cache_key(server, tmp_path):
+    """Two calls that differ only in prompt_id share one cache entry; the id rides in X-Prompt-Id."""
+    client = make_client(server.base_url, tmp_path)
+    first = client.complete("judge", judge_messages(), json_mode=True, prompt_id="judge_locomo_mem0")
+    other = client.complete("judge", judge_messages(), json_mode=True, prompt_id="judge_locomo_paper")
+    assert server.request_count == 1 and not first.cached and other.cached
+    assert other.cache_key == first.cache_key and other.text == first.text
+    # A fresh client (persistent cache) with yet another id, and one without any, hit the same entry.
+    again = make_client(server.base_url, tmp_path)
+    assert again.complete("judge", judge_messages(), json_mode=True, prompt_id="plan_user").cached
+    assert again.complete("judge", judge_messages(), json_mode=True).cache_key == first.cache_key
+    assert server.request_count == 1
+    # The key is the documented body-only payload, exactly as before prompt ids existed.
+    assert first.cache_key == cache_key({
+        "base_url": server.base_url, "model": "m", "messages": judge_messages(), "temperature": 0.0,
+        "seed": 42, "response_format": {"type": "json_object"}, "extra_body": {},
+    })
+    assert server.request_headers[0][PROMPT_ID_HEADER.lower()] == "judge_locomo_mem0"
+    assert "prompt_id" not in json.dumps(server.requests[0])  # not in the body either
+
+
+def test_prompt_id_is_optional_and_sends_no_header(tmp_path):
+    """Third-party callers without a prompt id still work: no header is sent (the fake server,
+    which needs it, refuses such a call with a 400 naming the header)."""
+    with FakeOpenAI() as srv:
+        client = make_client(srv.base_url, tmp_path, retry=RetryPolicy(max_attempts=1))
+        with pytest.raises(LLMCallError) as ei:
+            client.complete("judge", judge_messages())
+        assert ei.value.cause == "http_400" and PROMPT_ID_HEADER in str(ei.value)
+        assert PROMPT_ID_HEADER.lower() not in srv.request_headers[0]
+        assert client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT).cached is False
+        assert srv.request_headers[1][PROMPT_ID_HEADER.lower()] == JUDGE_PROMPT
+
+
 def test_role_json_mode_off_sends_no_response_format(server, tmp_path):
     client = make_client(server.base_url, tmp_path, json_mode=False)
-    client.complete("judge", judge_messages(), json_mode=True)
+    client.complete("judge", judge_messages(), json_mode=True, prompt_id=JUDGE_PROMPT)
     assert "response_format" not in server.requests[-1]
 
 
 def test_cache_mode_ro_miss_raises_without_request(server, tmp_path):
     client = make_client(server.base_url, tmp_path, mode="ro")
     with pytest.raises(LLMCallError) as ei:
-        client.complete("judge", judge_messages())
+        client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
     assert ei.value.cause == "cache_miss"
     assert server.request_count == 0
     st = client.summary()["judge"]
     assert (st["calls"], st["failed"], st["new"], st["failures"]) == (1, 1, 0, {"cache_miss": 1})
 
     # Filled by an rw client, the same request is then served read-only without a request.
-    text = make_client(server.base_url, tmp_path).complete("judge", judge_messages()).text
+    text = make_client(server.base_url, tmp_path).complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT).text
     assert server.request_count == 1
-    hit = client.complete("judge", judge_messages())
+    hit = client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
     assert hit.cached and hit.text == text
     assert server.request_count == 1
 
 
 def test_cache_mode_off_never_writes(server, tmp_path):
     client = make_client(server.base_url, tmp_path, mode="off")
-    a = client.complete("judge", judge_messages())
-    b = client.complete("judge", judge_messages())
+    a = client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
+    b = client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
     assert not a.cached and not b.cached
     assert server.request_count == 2
     assert glob.glob(str(tmp_path / "c.sqlite*")) == []  # no file at all
 
 
 def test_cache_mode_refresh_calls_and_rewrites(server, tmp_path):
-    make_client(server.base_url, tmp_path).complete("judge", judge_messages())
+    make_client(server.base_url, tmp_path).complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
     refresh = make_client(server.base_url, tmp_path, mode="refresh")
-    assert refresh.complete("judge", judge_messages()).cached is False
+    assert refresh.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT).cached is False
     assert server.request_count == 2
-    assert make_client(server.base_url, tmp_path).complete("judge", judge_messages()).cached is True
+    assert make_client(server.base_url, tmp_path).complete("judge", judge_messages(),
+                                                           prompt_id=JUDGE_PROMPT).cached is True
     assert server.request_count == 2
 
 
@@ -242,7 +283,7 @@ def test_invalid_cache_mode_rejected(tmp_path):
 def test_retries_on_429_and_500_then_succeeds(tmp_path):
     with FakeOpenAI(faults=FaultPlan(script=["429", "500", "503"])) as srv:
         client = make_client(srv.base_url, tmp_path)
-        comp = client.complete("judge", judge_messages())
+        comp = client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
         assert srv.request_count == 4
         assert [f for _, _, f in srv.faults_injected] == ["429", "500", "503"]
     assert comp.cached is False and parse_json_object(comp.text)["label"] in ("CORRECT", "WRONG")
@@ -254,7 +295,7 @@ def test_retries_on_timeout_then_succeeds(tmp_path):
     with FakeOpenAI(faults=FaultPlan(script=["timeout"], timeout_seconds=1.5)) as srv:
         client = make_client(srv.base_url, tmp_path, timeout=0.3)
         t0 = time.perf_counter()
-        comp = client.complete("judge", judge_messages())
+        comp = client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
         elapsed = time.perf_counter() - t0
         assert srv.request_count == 2
     assert comp.cached is False
@@ -267,7 +308,7 @@ def test_timeouts_exhausting_attempts_name_the_cause(tmp_path):
         client = make_client(srv.base_url, tmp_path, timeout=0.2,
                              retry=RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.02))
         with pytest.raises(LLMCallError) as ei:
-            client.complete("judge", judge_messages())
+            client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
         assert srv.request_count == 2
     assert ei.value.cause == "timeout"
     assert client.summary()["judge"]["failures"] == {"timeout": 1}
@@ -277,7 +318,7 @@ def test_400_fails_fast(tmp_path):
     with FakeOpenAI(faults=FaultPlan(script=["400"])) as srv:
         client = make_client(srv.base_url, tmp_path)
         with pytest.raises(LLMCallError) as ei:
-            client.complete("judge", judge_messages())
+            client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
         assert srv.request_count == 1
     assert ei.value.cause == "http_400"
     assert "\n" not in str(ei.value)
@@ -289,7 +330,7 @@ def test_exhausted_attempts_raise_and_count_cause(tmp_path):
     with FakeOpenAI(faults=FaultPlan(script=["500", "429", "503", "500"])) as srv:
         client = make_client(srv.base_url, tmp_path)
         with pytest.raises(LLMCallError) as ei:
-            client.complete("judge", judge_messages())
+            client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
         assert srv.request_count == 4  # max_attempts, not one more
         assert ei.value.cause == "http_500"  # the last failure names the cause
         st = client.summary()["judge"]
@@ -297,7 +338,7 @@ def test_exhausted_attempts_raise_and_count_cause(tmp_path):
         assert st["failures"] == {"http_500": 1}
 
         # The failure was not cached: the same request goes out again (and now succeeds).
-        comp = client.complete("judge", judge_messages())
+        comp = client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
         assert comp.cached is False and srv.request_count == 5
     assert client.summary()["judge"]["new"] == 1
 
@@ -308,7 +349,7 @@ def test_connection_refused_is_a_connection_failure(tmp_path):
     srv.stop()  # nothing listens on that port any more
     client = make_client(url, tmp_path, retry=RetryPolicy(max_attempts=2, initial_wait=0.01, max_wait=0.02))
     with pytest.raises(LLMCallError) as ei:
-        client.complete("judge", judge_messages())
+        client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
     assert ei.value.cause == "connection"
     assert client.summary()["judge"]["retries"] == 1
 
@@ -316,7 +357,8 @@ def test_connection_refused_is_a_connection_failure(tmp_path):
 # --------------------------------------------------------------------------- endpoints and secrets
 def test_no_endpoint_raises_one_line(tmp_path):
     client = make_client(None, tmp_path)
-    for call in (lambda: client.check_endpoints(["judge"]), lambda: client.complete("judge", judge_messages())):
+    for call in (lambda: client.check_endpoints(["judge"]),
+                 lambda: client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)):
         with pytest.raises(EndpointNotConfigured) as ei:
             call()
         msg = str(ei.value)
@@ -334,7 +376,7 @@ def test_openai_base_url_env_is_honoured(server, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url + "/")
     client = make_client(None, tmp_path)
     client.check_endpoints(["judge"])
-    comp = client.complete("judge", judge_messages())
+    comp = client.complete("judge", judge_messages(), prompt_id=JUDGE_PROMPT)
     assert server.request_count == 1 and not comp.cached
     assert resolve_endpoint(client.settings("judge")) == (server.base_url, "EMPTY")
 
@@ -350,7 +392,7 @@ def test_endpoint_precedence(monkeypatch):
 def test_api_key_never_reaches_the_cache(server, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     client = make_client(server.base_url, tmp_path)
-    comp = client.complete("judge", judge_messages(), json_mode=True)
+    comp = client.complete("judge", judge_messages(), json_mode=True, prompt_id=JUDGE_PROMPT)
     assert SECRET not in repr(comp.record("judge_prompt"))
     client.cache._conn().execute("PRAGMA wal_checkpoint(FULL)")
     blob = b"".join(open(p, "rb").read() for p in glob.glob(str(tmp_path / "c.sqlite*")))
@@ -389,7 +431,7 @@ def _run_map(client, n):
             state["peak"] = max(state["peak"], state["inflight"])
             state["threads"].add(threading.get_ident())
         try:
-            return client.complete("judge", judge_messages(i)).text
+            return client.complete("judge", judge_messages(i), prompt_id=JUDGE_PROMPT).text
         finally:
             with lock:
                 state["inflight"] -= 1
@@ -432,8 +474,8 @@ def test_map_propagates_exceptions(tmp_path):
 
 def test_summary_token_sums_match_server_usage(server, tmp_path):
     client = make_client(server.base_url, tmp_path)
-    comps = [client.complete("judge", judge_messages(i), json_mode=True) for i in range(3)]
-    client.complete("judge", judge_messages(0), json_mode=True)  # cached: adds no tokens
+    comps = [client.complete("judge", judge_messages(i), json_mode=True, prompt_id=JUDGE_PROMPT) for i in range(3)]
+    client.complete("judge", judge_messages(0), json_mode=True, prompt_id=JUDGE_PROMPT)  # cached: adds no tokens
 
     # What the fake server reports for each request, recomputed from its own rules.
     exp_prompt = exp_completion = 0

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from common.metrics import (
+from common.evaluation.metrics import (
     LME_KS,
     longmemeval_retrieval_metrics,
     ndcg_any_at_k,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from common.benchmarks import DataError
+from common.benchmarks.base import DataError
 from common.benchmarks.locomo import (
     CATEGORY_NAMES,
     SCORED_CATEGORIES,

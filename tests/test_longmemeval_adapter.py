@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from common.benchmarks import DataError, registry
+from common.benchmarks.base import DataError
 from common.benchmarks.longmemeval import (
     ADAPTER,
     QUESTION_TYPES,
@@ -26,8 +26,9 @@ from common.benchmarks.longmemeval import (
     retrieval_gold,
     select,
 )
-from common.metrics import retrieval_skip_reason
-from common.schema import to_dict
+from common.benchmarks.registry import adapter as registry
+from common.core.schema import to_dict
+from common.evaluation.metrics import retrieval_skip_reason
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_single_e47becba.json"
@@ -206,7 +207,7 @@ def test_select(tiny: LongMemEvalData) -> None:
 
 
 def _cfg(**data: Any) -> Any:
-    base = {"path": None, "env": "LONGMEMEVAL_JSON", "conversations": [], "question_limit": None}
+    base = {"path": None, "env": "LONGMEMEVAL_JSON", "memories": [], "question_limit": None}
     return SimpleNamespace(data=SimpleNamespace(**{**base, **data}))
 
 
@@ -220,7 +221,7 @@ def test_adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DataError, match="make data-longmemeval") as excinfo:
         ADAPTER.data_path(_cfg())
     assert "LONGMEMEVAL_JSON" in str(excinfo.value) and "\n" not in str(excinfo.value)
-    data = ADAPTER.select(ADAPTER.load(TINY), _cfg(conversations=["ssu_0001", "ku_0001"], question_limit=1))
+    data = ADAPTER.select(ADAPTER.load(TINY), _cfg(memories=["ssu_0001", "ku_0001"], question_limit=1))
     assert [q.qid for q in data.questions] == ["ku_0001"]
     assert all(ADAPTER.is_scored(g) for g in ADAPTER.load(TINY).gold)
     for method in ("aggregate", "write_tables", "judge"):
@@ -281,9 +282,11 @@ def _duplicate_item(items: list[Any]) -> None:
         (_set((4, "haystack_sessions", 1), {"role": "user"}), "haystack_sessions[1]: expected list"),
         (_set((4, "haystack_sessions", 1, 0), "hi"), "haystack_sessions[1][0]: expected an object"),
         (_set((4, "haystack_sessions", 1, 0, "role"), "system"), "haystack_sessions[1][0].role: expected 'user'"),
-        (_set((4, "haystack_sessions", 0, 0, "has_answer"), "yes"), "haystack_sessions[0][0].has_answer: expected bool"),
+        (_set((4, "haystack_sessions", 0, 0, "has_answer"), "yes"),
+         "haystack_sessions[0][0].has_answer: expected bool"),
         (_set((4, "question_type"), "multi_session"), "item[4] (ku_0001): question_type: unknown type 'multi_session'"),
-        (_pop_date, "item[3] (multi_0001): haystack_sessions: length mismatch: haystack_session_ids=3, haystack_dates=2, haystack_sessions=3"),
+        (_pop_date, "item[3] (multi_0001): haystack_sessions: length mismatch: "
+                    "haystack_session_ids=3, haystack_dates=2, haystack_sessions=3"),
         (_duplicate_item, "item[7] (assist_0001): question_id: duplicate 'assist_0001' (first used by item[1])"),
         (_set((5,), [1, 2]), "item[5]: expected an object"),
     ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.metrics import (
+from common.evaluation.metrics import (
     accuracy,
     evidence_recall,
     grouped_accuracy,

@@ -1,18 +1,15 @@
-"""Stage 05 (common/plan.py): plan normalization, fallback plan, vocabulary, LLM planning."""
+"""Stage 05 (common/method/plan.py): plan normalization, fallback plan, vocabulary, LLM planning."""
 from __future__ import annotations
 
 import copy
 
 import pytest
 
+from common.core.llm import LLMClient
+from common.core.schema import Question
+from common.method.plan import PlanError, fallback_plan, normalize_plan, plan_question, vocabulary_text
 from tests import conftest
-
-
 from tests.fake_openai import FakeOpenAI, FaultPlan
-
-from common.llm import LLMClient
-from common.plan import PlanError, fallback_plan, normalize_plan, plan_question, vocabulary_text
-from common.schema import Question
 
 
 def anchor(entity="Melanie", prop="activity", **kw) -> dict:

@@ -31,8 +31,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pytest
 
-from common.io import StageWriter
-from common.llm import LLMCallError, RetryPolicy, cache_key, embed_texts
+from common.core.io import StageWriter
+from common.core.llm import LLMCallError, RetryPolicy, cache_key, embed_texts
 from tests.conftest import REPO, STAGE_ORDER, TINY_LOCOMO, make_client, rows, run_overrides, run_stages
 from tests.fake_openai import CHAT_KINDS, FakeOpenAI, FaultPlan
 
@@ -41,7 +41,7 @@ TINY_LME = REPO / "tests" / "fixtures" / "lme_tiny.json"
 JUDGE_FILE = "08_judge_gpt-4o-mini.jsonl"
 CLIENT_TIMEOUT = 2.0  # models.default.timeout here: far above a normal fake reply, even on a loaded machine
 STALL = 5.0  # how long a "timeout" fault stalls its reply
-# The client's cause for a call whose every attempt got this fault (common.llm._failure_cause).
+# The client's cause for a call whose every attempt got this fault (common.core.llm._failure_cause).
 API_CAUSE = {"429": "http_429", "500": "http_500", "503": "http_503", "timeout": "timeout",
              "truncated_body": "bad_response", "html_body": "bad_response", "no_choices": "bad_response"}
 # The issue's mix: 429, 500, time-outs, malformed JSON, JSON cut off in the message and in the body.
@@ -102,7 +102,7 @@ def recorded_cause(text: str) -> Optional[str]:
 
 
 def judge_label(content: str) -> Optional[int]:
-    """The LoCoMo judge's label, parsed here independently of common.judge."""
+    """The LoCoMo judge's label, parsed here independently of common.evaluation.judge."""
     try:
         obj = json.loads(content)
     except json.JSONDecodeError:
@@ -145,7 +145,7 @@ def check_json_stage(run_dir: Path, stage: str, out: str, error_field: str, firs
 
 
 def check_answers(run_dir: Path, calls: list[Call]) -> Counter:
-    answers = rows(run_dir / "07_answers.jsonl")
+    answers = rows(run_dir / "07_answer.jsonl")
     assert [a["qid"] for a in answers] == [q["qid"] for q in rows(run_dir / "01_questions.jsonl")]
     mine = [c for c in calls if c.kind == "answer"]
     by_key = {c.key: c for c in mine}
@@ -169,7 +169,7 @@ def lme_label(content: str) -> int:
 
 def check_judgments(run_dir: Path, calls: list[Call], benchmark: str = "locomo") -> Counter:
     gold = rows(run_dir / "01_gold.jsonl")
-    answers = {a["qid"]: a for a in rows(run_dir / "07_answers.jsonl")}
+    answers = {a["qid"]: a for a in rows(run_dir / "07_answer.jsonl")}
     # LoCoMo judges categories 1-4; LongMemEval judges every question.
     scored = [g["qid"] for g in gold if benchmark == "longmemeval" or g["category"] != 5]
     judged = rows(run_dir / JUDGE_FILE)
@@ -199,8 +199,8 @@ def check_run(run_dir: Path, server: FakeOpenAI, max_attempts: int) -> dict[str,
     calls = server_calls(server, max_attempts)
     return {
         "02": check_json_stage(run_dir, "02_episodes", "02_episodes.jsonl", "fallback_error", "partition", calls),
-        "03": check_json_stage(run_dir, "03_extract", "03_records.jsonl", "error", "extract", calls),
-        "05": check_json_stage(run_dir, "05_plan", "05_plans.jsonl", "error", "plan", calls),
+        "03": check_json_stage(run_dir, "03_extract", "03_extract.jsonl", "error", "extract", calls),
+        "05": check_json_stage(run_dir, "05_plan", "05_plan.jsonl", "error", "plan", calls),
         "07": check_answers(run_dir, calls),
         "08": check_judgments(run_dir, calls),
     }
@@ -240,7 +240,8 @@ def test_fault_mix_on_longmemeval_with_shared_sessions(tmp_path, monkeypatch):
                      script=["500", "truncated_body"], pinned={"answer": ["empty"]})
     with FakeOpenAI(faults=plan) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        run = run_stages("configs/longmemeval.yaml", fast_sets(tmp_path, server, TINY_LME, **{"run.max_error_rate": 0.5}))
+        run = run_stages("configs/longmemeval.yaml",
+                         fast_sets(tmp_path, server, TINY_LME, **{"run.max_error_rate": 0.5}))
         calls = server_calls(server, max_attempts=6)
         for stage, kinds in (("02_episodes", ("partition", "partition_repair")),
                              ("03_extract", ("extract", "extract_repair")), ("05_plan", ("plan", "plan_repair"))):
@@ -268,7 +269,7 @@ def test_each_failure_cause_is_recorded_in_the_rows_and_manifests(tmp_path, monk
     assert by_stage["05"] == {"timeout": 1}
     assert by_stage["07"] == {"http_429": 1, "empty_answer": 1, "bad_response": 1}
     gold = {g["qid"]: g for g in rows(run.dir / "01_gold.jsonl")}
-    no_answer = sum(1 for a in rows(run.dir / "07_answers.jsonl") if not a["answer"] and gold[a["qid"]]["category"] != 5)
+    no_answer = sum(1 for a in rows(run.dir / "07_answer.jsonl") if not a["answer"] and gold[a["qid"]]["category"] != 5)
     assert by_stage["08"] == Counter({"judge_parse_error": 1, "no_answer": no_answer})
     fallback = next(r for r in rows(run.dir / "02_episodes.jsonl") if r["fallback_used"])
     assert [c["prompt_id"] for c in fallback["llm_calls"]] == ["partition_user", "partition_repair_user"]
@@ -283,7 +284,8 @@ def test_rerun_retries_only_the_failed_calls(tmp_path, monkeypatch):
         sets = fast_sets(tmp_path, server, **{"llm.max_attempts": 2, "run.max_error_rate": 1.0})
         run = run_stages(CONFIG, sets, STAGE_ORDER[:7])
         assert sum(r["fallback_used"] for r in rows(run.path("plans"))) == 1
-        assert sorted(a["error"].split(":")[0] for a in rows(run.path("answers")) if a["error"]) == ["empty_answer", "http_500"]
+        assert sorted(a["error"].split(":")[0] for a in rows(run.path("answers")) if a["error"]) == [
+            "empty_answer", "http_500"]
         fell_back = {r["qid"] for r in rows(run.path("plans")) if r["fallback_used"]}
         http_failed = {a["qid"] for a in rows(run.path("answers")) if a["error"].startswith("http_500")}
         empty = {a["qid"] for a in rows(run.path("answers")) if a["error"] == "empty_answer"}
@@ -295,14 +297,16 @@ def test_rerun_retries_only_the_failed_calls(tmp_path, monkeypatch):
         new = Counter(server.request_kinds) - before
         # The failed plan call is made again; the answers made again are the failed one and the one
         # whose plan (hence retrieval and prompt) changed; the empty reply is cached, not paid twice.
-        assert {k: v for k, v in new.items() if k != "embeddings"} == {"plan": 1, "answer": len(fell_back | http_failed)}
+        assert {k: v for k, v in new.items() if k != "embeddings"} == {
+            "plan": 1, "answer": len(fell_back | http_failed)}
         # The redone plan may name query texts no earlier retrieval embedded (which ones depends on
         # which question's plan call the fault hit); those are embedded, nothing already embedded is.
         embedded_now = _embedded_texts(server.requests_of_kind("embeddings")[n_embedding_requests:])
         assert not embedded_now & embedded_before
         assert not any(r["fallback_used"] for r in rows(run.path("plans")))
         # The cached empty reply stays, unless its question's plan was the one redone (new prompt).
-        assert [a["error"] for a in rows(run.path("answers")) if a["error"]] == ["empty_answer"] * len(empty - fell_back)
+        assert [a["error"] for a in rows(run.path("answers")) if a["error"]] == (
+            ["empty_answer"] * len(empty - fell_back))
 
 
 def _embedded_texts(requests: list[dict]) -> set[str]:
@@ -330,12 +334,12 @@ def test_broken_200_body_is_retried_and_never_cached(tmp_path, fault):
     messages = [{"role": "user", "content": "Answer only from the supplied episodes.\n[D1:1] Ann: hello there"}]
     with FakeOpenAI(faults=FaultPlan(script=[fault])) as server:
         client = make_client(server, tmp_path / "once", "answer", max_attempts=2)
-        reply = client.complete("answer", messages)
+        reply = client.complete("answer", messages, prompt_id="answer_user")
         assert reply.text == "hello there" and client.stats["answer"].retries == 1
     with FakeOpenAI(faults=FaultPlan(script=[fault, fault])) as server:
         client = make_client(server, tmp_path / "twice", "answer", max_attempts=2)
         with pytest.raises(LLMCallError) as exc:
-            client.complete("answer", messages)
+            client.complete("answer", messages, prompt_id="answer_user")
         assert exc.value.cause == "bad_response" and "\n" not in str(exc.value)
         key = cache_key({"base_url": server.base_url, **server.requests[0], "extra_body": {}})
         assert client.cache.get(key) is None  # a rerun asks again instead of replaying the failure
@@ -351,7 +355,8 @@ def _asker(server: FakeOpenAI) -> Callable[[str], Optional[str]]:
     def ask(question: str) -> Optional[str]:
         try:
             reply = sdk.chat.completions.create(model="m", messages=[
-                {"role": "user", "content": f"Answer only from the supplied episodes.\nQuestion: {question}"}])
+                {"role": "user", "content": f"Answer only from the supplied episodes.\nQuestion: {question}"}],
+                extra_headers={"X-Prompt-Id": "answer_user"})
         except openai.APIStatusError:
             return None
         return reply.choices[0].message.content
@@ -407,7 +412,7 @@ VOLATILE_MANIFEST_FIELDS = frozenset({
     "llm",  # per-process call accounting (calls, cached, tokens, latencies)
     "code",  # git commit/dirty flag when the stage ended: a commit to the tree mid-test is not a resume bug
 })
-# The cost and latency ledger (common/ledger.py, also copied into metrics.json) reports timings
+# The cost and latency ledger (common/pipeline/ledger.py, also copied into metrics.json) reports timings
 # read from the row fields above; its calls, paid/cached split, tokens and costs must still match.
 VOLATILE_REPORT_FIELDS = frozenset({
     "latency_mean", "latency_p50", "latency_p95", "plan_s", "retrieval_s", "generation_s", "end_to_end_s",
@@ -421,9 +426,9 @@ VOLATILE_FILES = frozenset({
 
 # stage -> (script, output, manifest name)
 LLM_SCRIPTS = {"episodes": ("02_episodes", "02_episodes.jsonl", "02_episodes"),
-               "extract": ("03_extract", "03_records.jsonl", "03_extract"),
-               "plan": ("05_plan", "05_plans.jsonl", "05_plan"),
-               "answer": ("07_answer", "07_answers.jsonl", "07_answer"),
+               "extract": ("03_extract", "03_extract.jsonl", "03_extract"),
+               "plan": ("05_plan", "05_plan.jsonl", "05_plan"),
+               "answer": ("07_answer", "07_answer.jsonl", "07_answer"),
                "judge": ("08_judge", JUDGE_FILE, "08_judge_gpt-4o-mini")}
 CONCURRENCY = 3
 

@@ -1,4 +1,4 @@
-"""Tests for common/retrieve.py over a tiny hand-built memory and a deterministic fake embedder."""
+"""Tests for common/method/retrieve.py over a tiny hand-built memory and a deterministic fake embedder."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,12 +8,12 @@ import re
 import numpy as np
 import pytest
 
-from common.config import RetrieveConfig, ScopeBudget
-from common.index import MemoryIndex, build_index
-from common.render import MemoryView
-from common.retrieve import Retriever, jaccard, value_compatible
-from common.schema import Anchor, Episode, Hop, Plan, Question, Record, Session, Turn, to_dict
-from common.tokens import count_tokens
+from common.core.config import RetrieveConfig, ScopeBudget
+from common.core.schema import Anchor, Episode, Hop, Plan, Question, Record, Session, Turn, to_dict
+from common.core.tokens import count_tokens
+from common.method.index import MemoryIndex, build_index
+from common.method.render import MemoryView
+from common.method.retrieve import Retriever, jaccard, value_compatible
 
 MEM = "m1"
 DATES = {1: "1:00 pm on 1 May, 2023", 2: "2:00 pm on 8 May, 2023", 3: "10:00 am on 20 May, 2023"}
@@ -113,10 +113,14 @@ RECORDS = _records()
 RID = {(r.entity, r.property, r.value): r.record_id for r in RECORDS}
 
 
-@pytest.fixture(scope="module")
-def index():
+def build_memory():
     # Episodes given out of order: the index keeps conversation order.
     return build_index(VIEW, list(reversed(EPISODES)), RECORDS, EMBEDDER)
+
+
+@pytest.fixture(scope="module")
+def index():
+    return build_memory()
 
 
 def make(index, **cfg):
@@ -288,7 +292,8 @@ def test_stop_when_covered_false_adds_fallback(index):
 
 
 def test_all_matching_keeps_every_structured_match(index):
-    point = make(index, point=ScopeBudget(structured_k=2)).retrieve(Q("What does Melanie do?"), plan(hop("h1", **ACTIVITY)))
+    point = make(index, point=ScopeBudget(structured_k=2)).retrieve(
+        Q("What does Melanie do?"), plan(hop("h1", **ACTIVITY)))
     assert [s.episode_id for s in point.selected] == [E1, E2]  # structured_k=2, covered -> stop
 
     row = make(index, point=ScopeBudget(structured_k=2)).retrieve(
@@ -320,7 +325,8 @@ def test_fixed_k_truncates_each_hop(index):
 def test_dense_only_ignores_the_plan(index):
     r = make(index, mode="dense_only", fixed_k=3)
     a = r.retrieve(Q("Which dog did Caroline adopt?"), plan(hop("h1", **PET)))
-    b = r.retrieve(Q("Which dog did Caroline adopt?"), plan(hop("x", **ACTIVITY), hop("y", entity="Nobody", property="z")))
+    b = r.retrieve(Q("Which dog did Caroline adopt?"),
+                   plan(hop("x", **ACTIVITY), hop("y", entity="Nobody", property="z")))
     assert len(a.selected) == 3
     assert all(s.route == "dense" and s.hop_id == "question" and s.record_id == "" for s in a.selected)
     assert [to_dict(s) for s in a.selected] == [to_dict(s) for s in b.selected]
@@ -387,11 +393,13 @@ def test_buffer_renders_original_turns_in_conversation_order(index):
     assert row.dia_ids == ["D1:3", "D1:4", "D2:2", "D2:3"]
     assert row.buffer_text == EXPECTED_BUFFER
     assert row.buffer_tokens == count_tokens(row.buffer_text) > 0
-    assert (row.qid, row.memory_id, row.mode, row.scope, row.reasoning_type) == ("q1", MEM, "adaptive", "point", "direct")
+    assert (row.qid, row.memory_id, row.mode, row.scope, row.reasoning_type) == (
+        "q1", MEM, "adaptive", "point", "direct")
 
     no_img = Retriever(index, VIEW, EMBEDDER, RetrieveConfig(), include_images=False).retrieve(
         Q(), plan(hop("h1", **PET), hop("h2", **PAINTING)))
-    assert "[image caption]" not in no_img.buffer_text and "[D1:4] Melanie: Look at my new painting!" in no_img.buffer_text
+    assert "[image caption]" not in no_img.buffer_text
+    assert "[D1:4] Melanie: Look at my new painting!" in no_img.buffer_text
     assert no_img.buffer_tokens == count_tokens(no_img.buffer_text) < row.buffer_tokens
 
 

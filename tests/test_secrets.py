@@ -19,11 +19,11 @@ from tests.fake_openai import CHAT_KINDS, FakeOpenAI, FaultPlan
 # (argument parsing, logging set-up, one-line errors), which saves eight interpreter start-ups.
 DRIVER = """
 import sys
-from common import stages
+from common.pipeline import engine
 argv = sys.argv[1:]
 for stage in {stages!r}:
     sys.argv = ["LoCoMo." + stage, "-v", *argv]
-    stages.main(stage, "locomo")
+    engine.main(stage, "locomo")
 """
 
 
@@ -55,13 +55,13 @@ def test_api_key_is_sent_but_never_stored_or_printed(tmp_path):
     assert auth == {f"Bearer {key}"}
     assert "embeddings" in kinds and kinds & CHAT_KINDS
     run_dir = tmp_path / "results" / "locomo" / "t"
-    answers = (run_dir / "07_answers.jsonl").read_text(encoding="utf-8")
+    answers = (run_dir / "07_answer.jsonl").read_text(encoding="utf-8")
     assert "http_401" in answers and "***" in answers  # the echoed key was recorded, masked
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     names = {p.name for p in files}
     assert {"llm.sqlite", "emb.sqlite", "metrics.json", "config.resolved.yaml", "09_aggregate.manifest.json"} <= names
     assert [str(p) for p in files if needle in p.read_bytes()] == []
-    assert b"DEBUG common.llm: retrying" in proc.stderr  # verbose logging was really on
+    assert b"DEBUG common.core.llm: retrying" in proc.stderr  # verbose logging was really on
     assert needle not in proc.stdout and needle not in proc.stderr
 
 

@@ -15,7 +15,8 @@ def test_a_changed_plan_redoes_its_retrieval_and_answer_only(tmp_path, fake_serv
     target = plans[0]["qid"]
     # What a redone plan looks like to the stages downstream: the same question, another plan.
     plans[0]["plan"]["hops"][0]["purpose"] = "a different purpose after the plan was redone"
-    plans[0]["plan"]["reasoning_type"] = "aggregation" if plans[0]["plan"]["reasoning_type"] != "aggregation" else "point"
+    old_type = plans[0]["plan"]["reasoning_type"]
+    plans[0]["plan"]["reasoning_type"] = "aggregation" if old_type != "aggregation" else "point"
     plans_path.write_text("".join(json.dumps(p) + "\n" for p in plans))
     before_ret = {r["qid"]: r for r in rows(run.path("retrievals"))}
     before_ans = {r["qid"]: r for r in rows(run.path("answers"))}

@@ -1,4 +1,4 @@
-"""common.stats: bootstrap CIs, exact McNemar, Cohen's kappa, Table 10, label loading.
+"""common.evaluation.stats: bootstrap CIs, exact McNemar, Cohen's kappa, Table 10, label loading.
 
 Expected values are computed here independently of scipy/statsmodels: McNemar p-values from
 the binomial distribution with math.comb, kappa from its definition on a hand-made 2x2 table,
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from common.io import ArtifactError
-from common.schema import Gold, JudgeRow, to_dict
-from common.stats import (
+from common.core.io import ArtifactError
+from common.core.schema import Gold, JudgeRow, to_dict
+from common.evaluation.labels import load_labels
+from common.evaluation.stats import (
     accuracy_with_ci,
     bootstrap_ci,
     judge_agreement,
-    load_labels,
     mcnemar_exact,
     paired_difference_ci,
     table10,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.embeddings import Embedder
-from common.config import EmbeddingConfig
+from common.core.config import EmbeddingConfig
+from common.core.embeddings import Embedder
 from tests.conftest import REPO
 
 STAGE_SCRIPTS = ["01_preprocess", "02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve",

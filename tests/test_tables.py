@@ -1,8 +1,8 @@
-"""Tables 1-4 and 10 (common.tables) against tiny hand-built run directories.
+"""Tables 1-4 and 10 (common.report.tables) against tiny hand-built run directories.
 
 Every run is written here by hand: per-question files (01_gold, 05-08) and a metrics.json made by
 the harness's own 09_aggregate code from them. The tests recount every measured number from
-01_gold.jsonl + 08_judge_<judge>.jsonl (or 05-07 for Table 3) independently of common.tables,
+01_gold.jsonl + 08_judge_<judge>.jsonl (or 05-07 for Table 3) independently of common.report.tables,
 and require every number in a generated table to be traced either to that recount or to
 configs/published.yaml.
 """
@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from common import tables
-from common.experiments import load as load_experiments
+from common.pipeline.experiments import load as load_experiments
+from common.report import tables
 
 REPO = Path(__file__).resolve().parent.parent
 PRIMARY, SECONDARY = "gpt-4o-mini", "qwen3-32b"
@@ -89,15 +89,15 @@ def make_run(results: Path, benchmark: str, run: str, items: list[tuple], judges
 
 def _aggregate(d: Path, benchmark: str, run: str, judges: list[str]) -> None:
     """metrics.json written by the harness's own aggregation code (as 09_aggregate does)."""
-    from common.stages import FILES
+    from common.core import artifacts
+    from common.evaluation import locomo as locomo_eval
 
-    fake = SimpleNamespace(dir=d, path=lambda n: d / FILES[n], cfg=SimpleNamespace(run=SimpleNamespace(name=run)))
+    fake = SimpleNamespace(dir=d, path=lambda n: artifacts.path(d, n), judge_path=lambda j: artifacts.judge_path(d, j),
+                           cfg=SimpleNamespace(run=SimpleNamespace(name=run)))
     if benchmark == "locomo":
-        from common.benchmarks.locomo import ADAPTER
-
-        metrics = ADAPTER.aggregate(fake, judges)
+        metrics = locomo_eval.aggregate(fake, judges)
     else:
-        from common.benchmarks import lme_protocol
+        from common.evaluation import longmemeval as lme_protocol
 
         # The retrieval metrics need whole haystacks; they are not part of any table.
         original = lme_protocol.retrieval_rows
@@ -106,7 +106,7 @@ def _aggregate(d: Path, benchmark: str, run: str, judges: list[str]) -> None:
             metrics = lme_protocol.aggregate(fake, judges)
         finally:
             lme_protocol.retrieval_rows = original
-    from common import scoring
+    from common.evaluation import scoring
 
     # As 09_aggregate: a run smaller than the benchmark carries a PARTIAL coverage warning.
     metrics["coverage"] = scoring.coverage(benchmark, next(iter(metrics["judges"].values()))["overall"]["n"], {})
@@ -138,7 +138,8 @@ def ablation_runs(results: Path, variants: list[str]) -> dict[str, Path]:
 def recount(run_dir: Path, judge: str, group: str | None = None) -> tuple[int, int]:
     """k/n of a judge, failures counted wrong, from 01_gold + 08_judge only."""
     gold = [json.loads(line) for line in (run_dir / "01_gold.jsonl").read_text().splitlines()]
-    labels = {r["qid"]: r["label"] for r in map(json.loads, (run_dir / f"08_judge_{judge}.jsonl").read_text().splitlines())}
+    judged = (run_dir / f"08_judge_{judge}.jsonl").read_text().splitlines()
+    labels = {r["qid"]: r["label"] for r in map(json.loads, judged)}
     k = n = 0
     for g in gold:
         if "question_type" in g and g["question_type"]:
@@ -218,7 +219,8 @@ def test_table1_cells_trace_to_per_question_files(tmp_path):
     # The paper's GPT-4o-mini / Qwen3-32B rows are comparable with the matching measured rows only.
     comp = df.set_index("Ref")["Comparable with"]
     p_gpt = df.index[df["Method"] == "EnSIMem (evaluated by GPT-4o-mini)"][0]
-    m_primary = df[(df["Judge"] == JUDGE_MODEL[PRIMARY]) & df["Method"].str.startswith("EnSIMem (harness")]["Ref"].item()
+    m_primary = df[(df["Judge"] == JUDGE_MODEL[PRIMARY])
+                   & df["Method"].str.startswith("EnSIMem (harness")]["Ref"].item()
     m_secondary = df[(df["Judge"] == JUDGE_MODEL[SECONDARY])]["Ref"].item()
     linked = comp[df.loc[p_gpt, "Ref"]].split(", ")
     # Comparable = same answer model, judge and protocol: the main run AND the baseline under that judge.
@@ -321,7 +323,8 @@ def test_table3_means_from_per_question_files(tmp_path):
     assert code == 0
     run = results / "locomo" / "paper"
     rows = lambda f: {r["qid"]: r for r in map(json.loads, (run / f).read_text().splitlines())}  # noqa: E731
-    gold, plans, rets, ans = (rows(f) for f in ("01_gold.jsonl", "05_plans.jsonl", "06_retrievals.jsonl", "07_answers.jsonl"))
+    gold, plans, rets, ans = (rows(f) for f in
+                              ("01_gold.jsonl", "05_plans.jsonl", "06_retrievals.jsonl", "07_answers.jsonl"))
     scored = [q for q, g in gold.items() if g["category"] != 5]
     plan = [sum(c["latency"] for c in plans[q]["llm_calls"]) for q in scored]
     ret = [rets[q]["seconds"] for q in scored]
@@ -394,7 +397,10 @@ def test_table10_statistics_recomputed_by_hand(tmp_path):
         assert row["|Δ overall| (pp)"] == f"{abs(100 * (kq - kg) / n):.3f}"
         assert row["r"] == f"{r:.3f}"
         # Per-question agreement and Cohen's kappa (failures count as wrong), by hand.
-        lab = lambda j: {x["qid"]: x["label"] or 0 for x in map(json.loads, (run / f"08_judge_{j}.jsonl").read_text().splitlines())}  # noqa: E731
+        def lab(j, run=run):
+            judged = (run / f"08_judge_{j}.jsonl").read_text().splitlines()
+            return {x["qid"]: x["label"] or 0 for x in map(json.loads, judged)}
+
         a, b = lab(PRIMARY), lab(SECONDARY)
         po = sum(a[x] == b[x] for x in a) / len(a)
         pa, pb = sum(a.values()) / len(a), sum(b.values()) / len(b)
@@ -426,7 +432,8 @@ def test_published_rows_are_consistent_with_the_paper_text():
     for row in pub.rows("table1") + pub.rows("table2"):
         ident = row.identity
         if tables.NOT_STATED in (ident.answer_model, ident.judge_model, ident.protocol):
-            ok, why = tables.comparable(ident, tables.Identity(ANSWER_MODEL, JUDGE_MODEL[PRIMARY], "memora_locomo_judge"))
+            ok, why = tables.comparable(ident,
+                                        tables.Identity(ANSWER_MODEL, JUDGE_MODEL[PRIMARY], "memora_locomo_judge"))
             assert not ok and "not stated" in why
 
 

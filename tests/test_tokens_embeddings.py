@@ -1,4 +1,4 @@
-"""Offline token counting (common.tokens) and cached embeddings (common.embeddings)."""
+"""Offline token counting (common.core.tokens) and cached embeddings (common.core.embeddings)."""
 from __future__ import annotations
 
 import os
@@ -8,20 +8,21 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-# No model hub here: fail fast instead of retrying for a minute.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-ROOT = Path(__file__).resolve().parent.parent
-
 import numpy as np
 import pytest
 import tiktoken
 import tiktoken.load
 import tiktoken.registry
 
-from common import embeddings as emb
-from common import tokens
+from common.core import embeddings as emb
+from common.core import tokens
+
+# No model hub here: fail fast instead of retrying for a minute. None of the imports above reads these
+# (the hub libraries are imported lazily, inside the functions that load a model), so setting them here is in time.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SAMPLE = "Caroline went to the LGBTQ support group on 7 May 2023 and felt 'really empowered'."
 
@@ -232,12 +233,12 @@ def test_openai_backend_with_patched_embed_texts(tmp_path, monkeypatch):
         return [[float(len(t)), 1.0, 2.0] for t in texts]
 
     try:
-        import common.llm as llm_module
+        import common.core.llm as llm_module
         monkeypatch.setattr(llm_module, "embed_texts", fake_embed_texts)
-    except ImportError:  # common.llm not written yet: stand a module in for it
+    except ImportError:  # common.core.llm not written yet: stand a module in for it
         import common
         fake = SimpleNamespace(embed_texts=fake_embed_texts)
-        monkeypatch.setitem(sys.modules, "common.llm", fake)
+        monkeypatch.setitem(sys.modules, "common.core.llm", fake)
         monkeypatch.setattr(common, "llm", fake, raising=False)
 
     cfg = SimpleNamespace(backend="openai", model="text-embedding-3-small", device="cpu",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import DataError
+from common.benchmarks.base import DataError
 
 _REPR_LIMIT = 60
 

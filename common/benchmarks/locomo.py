@@ -24,9 +24,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import BenchmarkData, FileAdapter
+from common.benchmarks.base import BenchmarkData, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, iter_items, optional, required, show
-from common.schema import Gold, Question, Session, Turn
+from common.core.schema import Gold, Question, Session, Turn
 
 # Integer category -> name. The file's ids do not follow the paper's listing order, and other
 # harnesses print permuted names (mem0ai/mem0#2609, EverMemOS, MIRIX). This is the official
@@ -225,7 +225,7 @@ def select(
     if conversations is not None:
         unknown = [c for c in conversations if c not in known]
         if unknown:
-            raise ValueError(f"data.conversations: unknown LoCoMo conversation(s) {unknown}; known: {known}")
+            raise ValueError(f"data.memories: unknown LoCoMo conversation(s) {unknown}; known: {known}")
     if question_limit is not None and question_limit < 0:
         raise ValueError(f"data.question_limit: must be >= 0, got {question_limit}")
 
@@ -249,7 +249,10 @@ def select(
 
 # ----------------------------------------------------------------------------- protocol
 class _LocomoAdapter(FileAdapter):
-    """What 01_preprocess, 08_judge and 09_aggregate need to know about LoCoMo."""
+    """The LoCoMo data: where the file is, how to load and select it, its category names.
+
+    Judging and aggregation live in ``common.evaluation.locomo``.
+    """
 
     name, label = "locomo", "LoCoMo"
     default_path, default_env, make_target = "data/locomo10.json", "LOCOMO_JSON", "data"
@@ -263,79 +266,10 @@ class _LocomoAdapter(FileAdapter):
         return load_locomo(path)
 
     def select(self, data: LocomoData, cfg: Any) -> LocomoData:
-        return select(data, cfg.data.conversations or None, cfg.data.question_limit)
+        return select(data, cfg.data.memories or None, cfg.data.question_limit)
 
     def is_scored(self, gold: Gold) -> bool:
         return gold.category in SCORED_CATEGORIES
-
-    def judge(self, client: Any, name: str, prompt_id: str, answer: Any, gold: Gold) -> Any:
-        """The Memora/mem0 CORRECT/WRONG judge (``common.judge``)."""
-        from common.judge import judge_answer
-
-        return judge_answer(client, name, prompt_id, answer, gold)
-
-    def aggregate(self, run: Any, judges: list[str]) -> dict[str, Any]:
-        """Judge accuracy per category (k/n, failures counted wrong) plus lexical diagnostics."""
-        from common.io import read_jsonl
-        from common.metrics import evidence_recall, locomo_f1
-        from common.report import describe
-        from common.scoring import failure_cause, judge_block
-
-        gold = [Gold(**g) for g in read_jsonl(run.path("gold"))]
-        answers = {a["qid"]: a for a in read_jsonl(run.path("answers"))}
-        rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
-        scored = [g for g in gold if g.category in SCORED_CATEGORIES]
-        out: dict[str, Any] = {
-            "benchmark": "locomo", "run": run.cfg.run.name, "config": "config.resolved.yaml",
-            "category_names": {str(k): v for k, v in CATEGORY_NAMES.items()},
-            "questions": {"total": len(gold), "scored": len(scored),
-                          "excluded": {"5 (adversarial)": sum(g.category == 5 for g in gold)}},
-            "judges": {},
-        }
-        for j in judges:
-            rows = {r["qid"]: r for r in read_jsonl(run.dir / f"08_judge_{j}.jsonl")}
-            # A scored question with no judge row is a failure, never a dropped item.
-            joined = [{"cat": self.category(g), "label": rows.get(g.qid, {}).get("label"),
-                       "cause": failure_cause(rows.get(g.qid))} for g in scored]
-            block = judge_block(joined, "cat")
-            any_row = next(iter(rows.values()), {})
-            out["judges"][j] = {
-                "judge_model": any_row.get("judge_model"), "prompt_id": any_row.get("prompt_id"),
-                "overall": block["overall"], "by_category": block["by_group"],
-                "failures": block["failures"], "failures_total": block["failures_total"],
-            }
-        f1 = [{"cat": self.category(g), "f1": locomo_f1(answers.get(g.qid, {}).get("answer") or "", g.answer, g.category)}
-              for g in scored]
-        recall = [{"cat": self.category(g), "r": evidence_recall(g.evidence, rets.get(g.qid, {}).get("dia_ids", []))}
-                  for g in scored]
-        out["f1_official"] = {"overall": describe([r["f1"] for r in f1])["mean"],
-                              "by_category": {c: describe([r["f1"] for r in f1 if r["cat"] == c])["mean"]
-                                              for c in sorted({r["cat"] for r in f1})}}
-        have = [r for r in recall if r["r"] is not None]
-        out["evidence_recall"] = {"overall": describe([r["r"] for r in have])["mean"], "n": len(have),
-                                  "no_gold_evidence": len(recall) - len(have),
-                                  "by_category": {c: describe([r["r"] for r in have if r["cat"] == c])["mean"]
-                                                  for c in sorted({r["cat"] for r in have})}}
-        out["buffer_tokens"] = describe([float(rets[g.qid]["buffer_tokens"]) for g in scored if g.qid in rets])
-        out["answer_failures"] = sum(1 for g in scored if answers.get(g.qid, {}).get("answer") is None)
-        return out
-
-    def write_tables(self, run: Any, metrics: dict[str, Any]) -> list[Path]:
-        """Table 1 format, one Markdown+CSV pair per judge (judges are never averaged)."""
-        from common.report import pct, write_table
-        from common.scoring import score_note
-
-        paths: list[Path] = []
-        for j, m in metrics["judges"].items():
-            row = {"Method": f"EnSIMem (this harness, run {metrics['run']}), judge {m['judge_model']}"}
-            for cat in self.categories:
-                row[cat.capitalize()] = pct(m["by_category"].get(cat, {"accuracy": None}))
-            row["Overall"] = pct(m["overall"])
-            title = (f"LoCoMo accuracy (LLM judge {m['judge_model']}, prompt {m['prompt_id']}; categories 1-4, "
-                     f"category 5 excluded: {metrics['questions']['excluded']['5 (adversarial)']}; "
-                     f"failed judgments count as wrong: {m['overall']['n_failed']})\n\n{score_note(metrics, j)}")
-            paths += write_table([row], run.dir / f"table_{j}.md", title)
-        return paths
 
 
 ADAPTER = _LocomoAdapter()

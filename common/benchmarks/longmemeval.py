@@ -10,7 +10,8 @@ carry ``has_answer: true`` (other turns carry ``false`` or no key at all).
 Every question has its own haystack, so each question is its own memory. Its ``memory_id`` is
 an opaque hash of the question id (``memory_id_of``): memory ids appear in partition and
 extraction prompts, and the raw id carries the ``_abs`` abstention label, which the method must
-not see. ``Question.qid`` keeps the official id verbatim. Decisions and quirks (shared/spec/benchmarks.md sections 1.2, 3.2):
+not see. ``Question.qid`` keeps the official id verbatim. Decisions and quirks
+(shared/spec/benchmarks.md sections 1.2, 3.2):
 
 * Sessions keep the file's order and ``session_index`` is the 1-based position in the
   haystack. The oracle file's haystacks are not sorted by date; they are *not* re-sorted here,
@@ -21,7 +22,7 @@ not see. ``Question.qid`` keeps the official id verbatim. Decisions and quirks (
 * ``dia_id = f"{session_id}:{j}"``: turn position ``j`` counted over all turns of the session,
   assistant turns included (the official turn index counts them too). Ids depend on the
   session, not on its position, so a session shared by several haystacks renders identically
-  everywhere and its partition and records are computed once (``common.dedup``).
+  everywhere and its partition and records are computed once (``common.method.dedup``).
 * ``has_answer`` is gold: it never reaches a ``Turn``; the flagged turns (any role) go to
   ``Gold.has_answer`` (and ``Gold.evidence``) as dia ids. ``question_type`` and ``answer`` only
   reach ``Gold`` as well.
@@ -41,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import BenchmarkData, FileAdapter
+from common.benchmarks.base import BenchmarkData, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, iter_items, required, show
-from common.schema import Gold, Question, Session, Turn
+from common.core.schema import Gold, Question, Session, Turn
 
 # The six official question types, in the column order of the paper's Table 2.
 QUESTION_TYPES: tuple[str, ...] = (
@@ -241,7 +242,7 @@ def select(
         known_set = set(known)
         unknown = [q for q in question_ids if q not in known_set]
         if unknown:
-            raise ValueError(f"data.conversations: unknown LongMemEval question id(s) {unknown[:10]}")
+            raise ValueError(f"data.memories: unknown LongMemEval question id(s) {unknown[:10]}")
     if question_limit is not None and question_limit < 0:
         raise ValueError(f"data.question_limit: must be >= 0, got {question_limit}")
     wanted = set(known if question_ids is None else question_ids)
@@ -320,9 +321,9 @@ def retrieval_gold(sessions: Iterable[Session], gold: Gold) -> RetrievalGold:
 
 # ----------------------------------------------------------------------------- protocol
 class _LongMemEvalAdapter(FileAdapter):
-    """What 01_preprocess, 08_judge and 09_aggregate need to know about LongMemEval.
+    """The LongMemEval data: where the file is, how to load and select it, its question types.
 
-    Judging and aggregation live in ``common.benchmarks.lme_protocol``.
+    Judging and aggregation live in ``common.evaluation.longmemeval``.
     """
 
     name, label = "longmemeval", "LongMemEval"
@@ -337,26 +338,11 @@ class _LongMemEvalAdapter(FileAdapter):
         return load_longmemeval(path)
 
     def select(self, data: LongMemEvalData, cfg: Any) -> LongMemEvalData:
-        return select(data, cfg.data.conversations or None, cfg.data.question_limit)
+        return select(data, cfg.data.memories or None, cfg.data.question_limit)
 
     def is_scored(self, gold: Gold) -> bool:
         # Every item is judged, abstention included (it has its own judge template).
         return True
-
-    def judge(self, client: Any, name: str, prompt_id: str, answer: Any, gold: Gold) -> Any:
-        from common.benchmarks import lme_protocol
-
-        return lme_protocol.judge(client, name, prompt_id, answer, gold)
-
-    def aggregate(self, run: Any, judges: list[str]) -> dict[str, Any]:
-        from common.benchmarks import lme_protocol
-
-        return lme_protocol.aggregate(run, judges)
-
-    def write_tables(self, run: Any, metrics: dict[str, Any]) -> list[Path]:
-        from common.benchmarks import lme_protocol
-
-        return lme_protocol.write_tables(run, metrics)
 
 
 ADAPTER = _LongMemEvalAdapter()

@@ -1,0 +1,80 @@
+"""What every benchmark adapter provides: the data container, the error type and the ``Protocol``.
+
+One module per benchmark (loader, gold reader, selection, category names); judging and
+aggregation live in ``common.evaluation``. Only ``01_preprocess``, ``08_judge`` and
+``09_aggregate`` reach the adapters; stages 02-07 never learn which benchmark they run on.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from common.core.config import resolve_path
+from common.core.schema import Gold, Question, Session
+
+
+@dataclass(frozen=True)
+class BenchmarkData:
+    """Everything ``01_preprocess`` writes for one benchmark file, in file order."""
+
+    sessions: list[Session]
+    questions: list[Question]
+    gold: list[Gold]
+
+    @property
+    def memory_ids(self) -> list[str]:
+        """Memory ids (LoCoMo conversations, LongMemEval questions) in file order."""
+        ids = [s.memory_id for s in self.sessions] + [q.memory_id for q in self.questions]
+        return list(dict.fromkeys(ids))
+
+
+class DataError(ValueError):
+    """A benchmark file is unreadable or does not have the expected layout.
+
+    The message is always a single line of the form ``<file>: <where>: <what>`` so that one log
+    line tells the user which file and which field to fix. It subclasses ``ValueError`` because
+    malformed input is a bad value, and callers that already catch ``ValueError`` keep working.
+    """
+
+
+class BenchmarkAdapter(Protocol):
+    """A benchmark's data side: where its file is, how to load and select it, what is scored.
+
+    ``categories`` are the judged groups in the column order of the paper's table;
+    ``category`` names a gold row's group (read only by evaluation code, never by the method).
+    """
+
+    name: str
+    label: str
+    categories: tuple[str, ...]
+
+    def data_path(self, cfg: Any) -> Path: ...
+
+    def load(self, path: Path) -> BenchmarkData: ...
+
+    def select(self, data: BenchmarkData, cfg: Any) -> BenchmarkData: ...
+
+    def is_scored(self, gold: Gold) -> bool: ...
+
+    def category(self, gold: Gold) -> str: ...
+
+
+class FileAdapter:
+    """Shared part of the adapters: where the raw benchmark file is."""
+
+    label = ""  # "LoCoMo"
+    default_path = ""  # where the Makefile's download target puts the file
+    default_env = ""  # environment variable naming the file
+    make_target = ""  # the Makefile target that downloads it
+
+    def data_path(self, cfg: Any) -> Path:
+        """``data.path``, else ``$<data.env>``, else the default download location."""
+        env = cfg.data.env or self.default_env
+        path = resolve_path(cfg.data.path or os.environ.get(env) or self.default_path)
+        if not path.exists():
+            raise DataError(f"{path}: {self.label} file not found; run `make {self.make_target}` or set "
+                            f"{env}=/path/to/{Path(self.default_path).name} (or data.path in the config)")
+        return path

@@ -1,0 +1,392 @@
+"""One configuration schema for every benchmark, run and ablation.
+
+A config is YAML validated against the dataclass tree below: unknown keys and wrong types are
+errors that name the key. ``--set a.b=value`` overrides (YAML-parsed values) are applied after
+the files. The resolved config is written into the run directory so every number can be traced
+to the exact settings that produced it. No secret ever lives here: keys come from the
+environment (see ``common.core.llm``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+
+from common.core.llm import RoleSettings
+
+ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class ConfigError(ValueError):
+    """A config file or override that does not fit the schema (one line, names the key)."""
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    """Model settings of one LLM role; unset fields inherit from ``models.default``."""
+
+    model: Optional[str] = None
+    base_url: Optional[str] = None
+    temperature: Optional[float] = None
+    seed: Optional[int] = None
+    max_tokens: Optional[int] = None
+    top_p: Optional[float] = None
+    timeout: Optional[float] = None
+    json_mode: Optional[bool] = None
+    extra_body: Optional[dict] = None
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    default: RoleConfig = field(
+        default_factory=lambda: RoleConfig(
+            model="gpt-4.1-mini-2025-04-14", temperature=0.0, seed=42, timeout=120.0, json_mode=True
+        )
+    )
+    partition: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=4096))
+    extract: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=8192))
+    plan: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=4096))
+    bridge: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=512))  # authors' code: 512
+    answer: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=256))
+    judge: RoleConfig = field(default_factory=lambda: RoleConfig(model="gpt-4o-mini-2024-07-18"))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: Optional[str] = None  # raw benchmark file; else $<env>; else the default download
+    env: str = "LOCOMO_JSON"
+    # Memory ids to keep (LoCoMo conversation ids, LongMemEval question ids); empty = all.
+    # ``conversations`` is the old name, still read with a warning (``ALIASES``).
+    memories: list = field(default_factory=list)
+    # First N questions of each kept memory (a LongMemEval memory holds one question, so there
+    # it keeps the first N questions of the file); None = all.
+    question_limit: Optional[int] = None
+    subset: Optional[str] = None  # a configs/subsets/*.yaml file: keep only its question_ids
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    concurrency: int = 16
+    cache_path: str = ".cache/llm.sqlite"
+    cache_mode: Literal["rw", "ro", "off", "refresh"] = "rw"
+    max_attempts: int = 6
+    initial_wait: float = 1.0
+    max_wait: float = 30.0
+
+
+@dataclass(frozen=True)
+class EpisodesConfig:
+    mode: Literal["theme", "turn", "session"] = "theme"  # the episode-granularity ablation
+    include_images: bool = True
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    granularity: Literal["fine", "broad", "broad_plus", "very_broad"] = "broad"  # prompt variants
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    backend: Literal["sentence-transformers", "openai"] = "sentence-transformers"  # openai: any /v1/embeddings
+    model: str = "all-MiniLM-L6-v2"  # packaged offline; the authors used Qwen/Qwen3-Embedding-8B
+    device: str = "cpu"
+    batch_size: int = 64
+    max_length: int = 256
+    cache_path: str = ".cache/embeddings.sqlite"
+    base_url: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    chunk_turns: int = 4  # dense-fallback windows over episode turns (authors' code: 4 ...)
+    chunk_stride: int = 3  # ... with stride 3, one turn of overlap
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    vocabulary_max: int = 200  # most frequent observed properties shown to the planner
+
+
+@dataclass(frozen=True)
+class ScopeBudget:
+    structured_k: Optional[int] = 5  # structured episodes per hop (None = every match)
+    fallback_k: Optional[int] = 12  # lexical+dense episodes per hop (None = every candidate)
+    lexical_k: Optional[int] = 12
+    dense_k: int = 8
+
+
+@dataclass(frozen=True)
+class RetrieveConfig:
+    mode: Literal["adaptive", "fixed_k", "dense_only"] = "adaptive"
+    fixed_k: int = 5  # episodes per hop in fixed_k mode; episodes per question in dense_only
+    min_score: float = 0.35  # structured records below this weighted score are dropped
+    property_threshold: float = 0.78  # cosine for a non-exact property to match
+    value_threshold: float = 0.86  # cosine for a non-lexical value to match
+    entity_fuzzy: float = 90.0  # rapidfuzz ratio for an entity to match a record's entity
+    weights: dict = field(
+        default_factory=lambda: {
+            "entity": 0.25,
+            "entity_type": 0.08,
+            "property": 0.22,
+            "value": 0.18,
+            "condition_property": 0.12,
+            "condition_value": 0.15,
+        }
+    )
+    point: ScopeBudget = field(default_factory=ScopeBudget)
+    all_matching: ScopeBudget = field(
+        default_factory=lambda: ScopeBudget(structured_k=None, fallback_k=None, lexical_k=None, dense_k=20)
+    )
+    # Paper 3.3: a point requirement is covered by a confident structured match, and then the
+    # fallback routes are not consulted for that hop. The authors' code never stops (set false).
+    stop_when_covered: bool = True
+    coverage_score: float = 0.8
+    temporal_neighbors: int = 0  # episodes on each side kept for temporal plans (date context)
+    max_episodes: int = 60  # hard cap per question, after merging hops
+    max_buffer_tokens: int = 20000  # episodes are added in rank order; one that would exceed this is skipped
+    # A hop with a ``bridge_request`` gets one LLM call (role ``bridge``) over its selected
+    # episodes; the value replaces ``$hN.bridge`` in the anchors of the hops that depend on it.
+    # false: the placeholder is dropped and those hops rely on their other fields.
+    bridges: bool = True
+    bridge_context_k: int = 24  # selected episodes shown to the bridge call, in hop rank order
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Which memory method builds the evidence buffer (the harness's own baselines beside EnSIMem).
+
+    ``ensimem`` runs 02-06 as in the paper. The baselines skip 02-05 and build the buffer in 06:
+    ``full_context`` (the whole conversation, oldest sessions dropped first when it exceeds
+    ``context_tokens``), ``rag_turns`` (top ``rag_k`` turns by dense similarity, shown in
+    conversation order), ``no_memory`` (empty buffer: closed book) and ``oracle`` (only the gold
+    evidence turns: an upper bound, and the only method that reads the gold file before judging).
+    """
+
+    name: Literal["ensimem", "full_context", "rag_turns", "no_memory", "oracle"] = "ensimem"
+    context_tokens: int = 120000  # full_context budget (o200k tokens); fits 128k-window models
+    rag_k: int = 10  # rag_turns: turns retrieved per question
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    name: str = "gpt-4o-mini"  # file suffix of 08_judge_<name>.jsonl; judges are never averaged
+    prompt: str = "judge_locomo_mem0"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "paper"
+    results_dir: str = "results"
+    max_error_rate: float = 0.2  # a stage exits non-zero above this fraction of failed rows
+
+
+@dataclass(frozen=True)
+class Config:
+    benchmark: Literal["locomo", "longmemeval"] = "locomo"
+    data: DataConfig = field(default_factory=DataConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    episodes: EpisodesConfig = field(default_factory=EpisodesConfig)
+    extract: ExtractConfig = field(default_factory=ExtractConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    # ---- derived
+    @property
+    def run_dir(self) -> Path:
+        return resolve_path(self.run.results_dir) / self.benchmark / self.run.name
+
+    def role(self, role: str) -> RoleSettings:
+        """Merge ``models.default`` with ``models.<role>`` into resolved settings."""
+        base, own = self.models.default, getattr(self.models, role)
+        merged = {
+            f.name: getattr(own, f.name) if getattr(own, f.name) is not None else getattr(base, f.name)
+            for f in dataclasses.fields(RoleConfig)
+        }
+        if not merged["model"]:
+            raise ConfigError(f"models.{role}.model: no model configured")
+        return RoleSettings(
+            role=role,
+            model=merged["model"],
+            base_url=merged["base_url"],
+            temperature=merged["temperature"] if merged["temperature"] is not None else 0.0,
+            seed=merged["seed"],
+            max_tokens=merged["max_tokens"],
+            top_p=merged["top_p"],
+            timeout=merged["timeout"] or 120.0,
+            json_mode=True if merged["json_mode"] is None else merged["json_mode"],
+            extra_body=merged["extra_body"] or {},
+        )
+
+
+# --------------------------------------------------------------------------- loading
+def resolve_path(p: str) -> Path:
+    """Relative paths in configs are relative to the repository root, not the cwd."""
+    path = Path(os.path.expanduser(p))
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def _check_type(where: str, tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        tp = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, args))}")
+        return value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {type(value).__name__}")
+        return build(tp, value, where)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    expected = origin or tp
+    if expected in (list, dict) and isinstance(value, expected):
+        return value
+    if isinstance(expected, type) and isinstance(value, expected) and not (
+        expected is int and isinstance(value, bool)
+    ):
+        return value
+    raise ConfigError(f"{where}: expected {getattr(expected, '__name__', expected)}, got {value!r}")
+
+
+def build(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """Build a config dataclass from a mapping, rejecting unknown keys and wrong types."""
+    return _merge_dataclass(cls(), data, where)
+
+
+def _merge_dataclass(current: Any, value: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(type(current))
+    names = [f.name for f in dataclasses.fields(current)]
+    changes: dict[str, Any] = {}
+    for key, v in value.items():
+        path = f"{where}.{key}" if where else key
+        if key not in names:
+            raise ConfigError(f"unknown config key '{path}' (valid: {', '.join(names)})")
+        cur = getattr(current, key)
+        if dataclasses.is_dataclass(cur) and isinstance(v, dict):
+            changes[key] = _merge_dataclass(cur, v, path)
+        else:
+            changes[key] = _check_type(path, hints[key], v)
+    # Config sections are frozen: a merged section is a new object, never an edited one.
+    return dataclasses.replace(current, **changes)
+
+
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml_mapping(path: Path, what: str = "config") -> dict[str, Any]:
+    """A YAML file whose top level is a mapping; every problem is one ConfigError line."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{what} file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return data
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    # Aliases are resolved per file, so an old key in a child file overrides its parent's new key.
+    data = _apply_aliases(read_yaml_mapping(path))
+    parents = data.pop("defaults", [])
+    merged: dict[str, Any] = {}
+    for parent in parents if isinstance(parents, list) else [parents]:
+        merged = _deep_merge(merged, _read_yaml(path.parent / parent))
+    return _deep_merge(merged, data)
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``a.b.c=value`` -> {"a": {"b": {"c": value}}}; the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw != "" else ""
+    out: dict[str, Any] = {}
+    cur = out
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        cur = cur.setdefault(part, {})
+    cur[parts[-1]] = value
+    return out
+
+
+# Old key -> its current name. Read with a DeprecationWarning so existing configs keep working.
+ALIASES = {("data", "conversations"): "memories"}
+
+
+def _apply_aliases(data: dict[str, Any]) -> dict[str, Any]:
+    for (section, old), new in ALIASES.items():
+        block = data.get(section)
+        if isinstance(block, dict) and old in block:
+            warnings.warn(f"config key {section}.{old} is deprecated: use {section}.{new} "
+                          f"(it also holds LongMemEval question ids)", DeprecationWarning, stacklevel=2)
+            block = dict(block)
+            value = block.pop(old)
+            block.setdefault(new, value)
+            data = {**data, section: block}
+    return data
+
+
+def load_config(paths: list[str], overrides: Sequence[str] = ()) -> Config:
+    """Load YAML files (later ones win, ``defaults:`` lists parents), then ``--set`` overrides."""
+    data: dict[str, Any] = {}
+    for p in paths:
+        data = _deep_merge(data, _read_yaml(resolve_path(p)))
+    for o in overrides:
+        data = _deep_merge(data, _apply_aliases(parse_override(o)))
+    cfg = build(Config, data)
+    validate(cfg)
+    return cfg
+
+
+def choices(cls: type = Config, prefix: str = "") -> dict[str, tuple[Any, ...]]:
+    """Every ``Literal`` field of the schema: dotted key -> its allowed values (for docs and checks)."""
+    out: dict[str, tuple[Any, ...]] = {}
+    for name, tp in typing.get_type_hints(cls).items():
+        key = f"{prefix}{name}"
+        if typing.get_origin(tp) is Literal:
+            out[key] = typing.get_args(tp)
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            out.update(choices(tp, key + "."))
+    return out
+
+
+def validate(cfg: Config) -> None:
+    # Literal fields are checked while the config is built (``_check_type``).
+    unknown = set(cfg.retrieve.weights) - {
+        "entity", "entity_type", "property", "value", "condition_property", "condition_value"
+    }
+    if unknown:
+        raise ConfigError(f"retrieve.weights: unknown field(s) {sorted(unknown)}")
+    if cfg.llm.concurrency < 1:
+        raise ConfigError("llm.concurrency: must be >= 1")
+    for role in ROLES:
+        cfg.role(role)
+
+
+def to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False, allow_unicode=True)

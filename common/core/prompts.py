@@ -1,0 +1,41 @@
+"""Prompt templates: plain text files in ``common/prompts/``, referenced by id.
+
+Templates contain literal JSON braces, so substitution replaces only the ``{name}`` slots it is
+given instead of using ``str.format``.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts"
+
+
+@functools.lru_cache(maxsize=None)
+def load(prompt_id: str) -> str:
+    path = PROMPT_DIR / f"{prompt_id}.txt"
+    if not path.exists():
+        raise FileNotFoundError(f"unknown prompt id '{prompt_id}' (no {path})")
+    text = path.read_text(encoding="utf-8")
+    # Files end with one newline for editors; the template itself does not.
+    return text[:-1] if text.endswith("\n") else text
+
+
+def fill(prompt_id: str, **slots: object) -> str:
+    """The template with each given ``{name}`` slot replaced by its value."""
+    text = load(prompt_id)
+    for name, value in slots.items():
+        marker = "{" + name + "}"
+        if marker not in text:
+            raise KeyError(f"prompt '{prompt_id}' has no slot {marker}")
+        text = text.replace(marker, str(value))
+    return text
+
+
+def prompt_hash(*prompt_ids: str) -> str:
+    """Short hash of template texts, stored with outputs so prompt edits are visible."""
+    h = hashlib.sha256()
+    for pid in prompt_ids:
+        h.update(pid.encode() + b"\0" + load(pid).encode("utf-8") + b"\0")
+    return h.hexdigest()[:12]

@@ -1,0 +1,1 @@
+"""Apart, on top: the offline demo (a packaged 135M model behind a local OpenAI-compatible server)."""

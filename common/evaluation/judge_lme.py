@@ -1,0 +1,94 @@
+"""Stage 08 for LongMemEval: the official yes/no judge (spec/benchmarks.md §3.2).
+
+The five templates are the official ``get_anscheck_prompt`` strings (xiaowu0162/LongMemEval,
+``src/evaluation/evaluate_qa.py``, MIT), stored byte for byte in ``common/prompts/judge_lme_*.txt``
+with the three positional ``{}`` slots named ``{question}``, ``{answer}``, ``{response}``.
+
+Protocol: one user message, temperature 0 (the judge role's setting), max_tokens 10. The template
+follows ``question_type``, except that any question whose id contains ``_abs`` gets the abstention
+template whatever its type. The official label is the substring test ``'yes' in reply.lower()``;
+a strict label (the reply is exactly "yes" or "no") is derived from ``JudgeRow.raw`` at
+aggregation time and reported beside it.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from common.core import prompts
+from common.core.llm import LLMClient
+from common.core.schema import AnswerRow, Gold, JudgeRow
+from common.evaluation.judge import run_judge
+
+ABSTENTION = "judge_lme_abstention"
+TEMPLATE_BY_TYPE: dict[str, str] = {
+    "single-session-user": "judge_lme_default",
+    "single-session-assistant": "judge_lme_default",
+    "multi-session": "judge_lme_default",
+    "temporal-reasoning": "judge_lme_temporal",
+    "knowledge-update": "judge_lme_knowledge_update",
+    "single-session-preference": "judge_lme_preference",
+}
+QUESTION_TYPES = tuple(TEMPLATE_BY_TYPE)
+PROMPT_IDS = ("judge_lme_default", "judge_lme_temporal", "judge_lme_knowledge_update",
+              "judge_lme_preference", ABSTENTION)
+MAX_TOKENS = 10
+
+_SLOTS = ("question", "answer", "response")
+_SLOT_RE = re.compile(r"\{(question|answer|response)\}")
+
+
+def template_id(question_type: str, question_id: str) -> str:
+    """The prompt id for one question; ``_abs`` in the id selects abstention whatever the type.
+
+    An unknown type raises ``ValueError`` (the official code raises NotImplementedError), even
+    for an ``_abs`` id, so a malformed gold row never passes silently.
+    """
+    if question_type not in TEMPLATE_BY_TYPE:
+        raise ValueError(f"unknown LongMemEval question_type {question_type!r}")
+    return ABSTENTION if "_abs" in question_id else TEMPLATE_BY_TYPE[question_type]
+
+
+def fill_template(prompt_id: str, question: str, answer: str, response: str) -> str:
+    """Fill the three slots in one pass, as the official ``str.format`` does.
+
+    A single pass matters: a question or response that itself contains ``{answer}`` is left as
+    is instead of being substituted again (``prompts.render`` replaces slots one after another).
+    """
+    text = prompts.load(prompt_id)
+    for name in _SLOTS:
+        if text.count("{" + name + "}") != 1:
+            raise KeyError(f"prompt '{prompt_id}' must have exactly one {{{name}}} slot")
+    values = {"question": str(question), "answer": str(answer), "response": str(response)}
+    return _SLOT_RE.sub(lambda m: values[m.group(1)], text)
+
+
+def judge_messages(prompt_id: str, question: str, answer: str, response: str) -> list[dict[str, str]]:
+    """One user message, as the official code sends."""
+    return [{"role": "user", "content": fill_template(prompt_id, question, answer, response)}]
+
+
+def official_label(reply: Optional[str]) -> int:
+    """The official rule: 1 iff 'yes' occurs anywhere in the lower-cased reply (so "yesterday" counts)."""
+    return 1 if "yes" in (reply or "").lower() else 0
+
+
+def strict_label(reply: Optional[str]) -> Optional[int]:
+    """1 if the reply is exactly "yes", 0 if exactly "no" (case, surrounding space and one trailing
+    '.' ignored); None for anything else."""
+    s = (reply or "").strip().lower()
+    s = s.removesuffix(".").strip()
+    return {"yes": 1, "no": 0}.get(s)
+
+
+def judge_answer_lme(client: LLMClient, name: str, answer: AnswerRow, gold: Gold) -> JudgeRow:
+    """Judge one answer with the official template for ``gold.question_type`` / ``gold.qid``.
+
+    Mirrors ``common.evaluation.judge.judge_answer``: a missing answer makes no request (label None, error
+    ``no_answer``); an ``LLMCallError`` gives label None with its cause; otherwise the label is
+    ``official_label`` of the reply, which always parses (``parse_ok`` True).
+    """
+    prompt_id = template_id(gold.question_type, gold.qid)
+    return run_judge(client, name, prompt_id, answer,
+                     lambda: judge_messages(prompt_id, answer.question, gold.answer, answer.answer or ""),
+                     official_label, json_mode=False, max_tokens=MAX_TOKENS)

@@ -1,0 +1,115 @@
+"""What every score reports beside its number, the same way for every benchmark.
+
+* Strict accuracy (the headline): a scored question whose answer or judgment failed counts
+  wrong. Clean accuracy excludes failures. Both carry k/n and a bootstrap 95% CI.
+* Failures by cause, in one vocabulary (``CAUSES``), recovered from the judge rows' ``error``
+  prefixes written by ``common.evaluation.judge.run_judge`` (``no_answer: <answer error>``,
+  ``judge_parse_error: ...``, ``<llm cause>: ...``).
+* Coverage: how many questions a number covers against the benchmark's full count, so a
+  partial run can never pass for a full one.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from common.evaluation.stats import accuracy_with_ci
+
+# Question-level failure causes (strict accuracy counts each as wrong).
+CAUSES = {
+    "answer_api_error": "the answer call failed after retries (HTTP error, timeout, connection)",
+    "empty_answer": "the answer model returned nothing",
+    "judge_api_error": "the judge call failed after retries",
+    "judge_parse_error": "the judge reply was not a valid label (invalid JSON or no label)",
+    "missing_answer": "no answer row (the answer stage did not finish)",
+    "missing_judgment": "no judge row (the judge stage did not finish)",
+    "unknown": "no label and no recorded cause (a row written by hand or an older harness)",
+}
+
+# The full benchmark sizes a complete run must cover (spec/benchmarks.md).
+EXPECTED_SCORED = {"locomo": 1540, "longmemeval": 500}
+
+POLICIES = {
+    "locomo": "LoCoMo categories 1-4 scored (5 adversarial excluded); judge label CORRECT/WRONG "
+              "(strict parse); failures count wrong in strict accuracy, excluded in clean",
+    "longmemeval": "LongMemEval all 500 items scored (abstention by _abs in the id); official "
+                   "templates, label = 'yes' in reply; failures count wrong in strict accuracy, "
+                   "excluded in clean",
+}
+
+
+def failure_cause(judge_row: Optional[Mapping[str, Any]]) -> str:
+    """The cause of a failed judgment, '' for a valid label."""
+    if judge_row is None:
+        return "missing_judgment"
+    if judge_row.get("label") is not None:
+        return ""
+    error = judge_row.get("error") or ""
+    if not error.strip():
+        return "unknown"
+    head, _, rest = error.partition(":")
+    if head == "no_answer":
+        inner = rest.strip().split(":")[0].strip()
+        if inner == "empty_answer":
+            return "empty_answer"
+        if inner in ("missing_answer", "answer stage failed"):
+            return "missing_answer"
+        return "answer_api_error"
+    if head == "judge_parse_error":
+        return "judge_parse_error"
+    return "judge_api_error"
+
+
+def summarize(labels: Iterable[Optional[int]]) -> dict[str, Any]:
+    """Strict and clean accuracy with k/n and a bootstrap CI (``common.evaluation.stats``)."""
+    return accuracy_with_ci(list(labels))
+
+
+def judge_block(joined: Sequence[Mapping[str, Any]], group_key: str) -> dict[str, Any]:
+    """``overall`` and per-group summaries plus failure counts by cause.
+
+    ``joined`` rows carry ``label``, ``cause`` and the group value under ``group_key``.
+    """
+    groups: dict[Any, list[Optional[int]]] = {}
+    for r in joined:
+        groups.setdefault(r[group_key], []).append(r["label"])
+    causes = Counter(r["cause"] for r in joined if r["cause"])
+    return {
+        "overall": summarize(r["label"] for r in joined),
+        "by_group": {g: summarize(groups[g]) for g in sorted(groups)},
+        "failures": {c: causes.get(c, 0) for c in CAUSES if causes.get(c)},
+        "failures_total": sum(causes.values()),
+    }
+
+
+def coverage(benchmark: str, n_scored: int, selection: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether a number covers the whole benchmark; ``selection`` is the config's data section."""
+    expected = EXPECTED_SCORED.get(benchmark)
+    partial_by_config = bool(selection.get("subset") or selection.get("question_limit")
+                             or selection.get("memories"))
+    complete = expected is not None and n_scored == expected
+    out: dict[str, Any] = {"expected": expected, "scored": n_scored, "complete": complete,
+                           "selection": {k: selection.get(k) for k in ("subset", "question_limit", "memories")}}
+    if not complete:
+        why = "a subset/limit/conversation selection" if partial_by_config else "the data file as given"
+        out["warning"] = (f"PARTIAL: this number covers {n_scored} of the {expected} scored "
+                          f"{benchmark} questions ({why})")
+    return out
+
+
+def score_note(metrics: Mapping[str, Any], judge: str) -> str:
+    """The line printed under every score table: CI, clean accuracy, failures, fingerprint, coverage."""
+    m = metrics["judges"][judge]
+    o = m["overall"]
+    ci = o.get("ci") or {}
+    clean = "n/a" if o.get("accuracy_clean") is None else f"{100 * o['accuracy_clean']:.1f}"
+    lo_hi = (f"[{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci.get("low") is not None else "n/a")
+    failures = ", ".join(f"{k} {v}" for k, v in m.get("failures", {}).items()) or "none"
+    fp = metrics.get("fingerprint", {})
+    cov = metrics.get("coverage", {})
+    line = (f"Overall strict {100 * (o['accuracy'] or 0):.1f} ({o['k']}/{o['n']}), 95% bootstrap CI {lo_hi}; "
+            f"clean {clean}; failures: {failures}. Protocol fingerprint: run {fp.get('run', '?')}, "
+            f"judge {fp.get('judges', {}).get(judge, '?')}.")
+    if cov.get("warning"):
+        line += f" {cov['warning']}."
+    return line

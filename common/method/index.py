@@ -1,0 +1,145 @@
+"""Stage 04: the per-memory entity-property index (paper eq. 3).
+
+For each memory it holds the normalized records, the observed property vocabulary (with
+counts, for the planner), tokenized episode texts for BM25, dense embeddings of overlapping
+episode chunks (the dense fallback) and of record fields (soft property/value matching).
+It is persisted under ``04_index/<memory_id>/`` and reloaded by stage 06.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+from common.core.schema import Episode, Record, from_dict, to_dict
+from common.core.text import norm, tokens
+from common.method.render import MemoryView, episode_header, render_turns
+
+# Record fields embedded for soft matching; entity_type and condition_property are closed
+# vocabularies and match exactly.
+EMBEDDED_FIELDS = ("entity", "property", "value", "condition_value")
+
+
+def field_text(name: str, value: str) -> str:
+    return f"{name}: {norm(value)}" if value else ""
+
+
+def chunk_windows(n_turns: int, size: int, stride: int) -> list[tuple[int, int]]:
+    """Windows [i, j) of ``size`` turns every ``stride`` turns, the last reaching the end."""
+    if n_turns <= size:
+        return [(0, n_turns)]
+    out, i = [], 0
+    while True:
+        out.append((i, min(i + size, n_turns)))
+        if i + size >= n_turns:
+            return out
+        i += stride
+
+
+@dataclass
+class MemoryIndex:
+    memory_id: str
+    episodes: list[Episode]
+    records: list[Record]
+    vocabulary: dict[str, int]  # property -> number of records, most frequent first
+    doc_tokens: list[list[str]]  # per episode, for BM25
+    chunk_episode: list[int]  # chunk -> episode position
+    chunk_vecs: np.ndarray
+    field_vecs: dict[str, np.ndarray]  # field -> (n_records, dim); zero rows for empty fields
+    embedding_model: str
+    _bm25: Any = field(default=None, repr=False)
+
+    @property
+    def bm25(self) -> BM25Okapi:
+        if self._bm25 is None:
+            # rank_bm25 divides by the mean length; guard an all-empty corpus.
+            docs = [d or ["_"] for d in self.doc_tokens]
+            self._bm25 = BM25Okapi(docs)
+        return self._bm25
+
+    def episode_pos(self) -> dict[str, int]:
+        return {e.episode_id: i for i, e in enumerate(self.episodes)}
+
+    # ---- persistence
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "memory_id": self.memory_id,
+            "embedding_model": self.embedding_model,
+            "episodes": [to_dict(e) for e in self.episodes],
+            "records": [to_dict(r) for r in self.records],
+            "vocabulary": self.vocabulary,
+            "doc_tokens": self.doc_tokens,
+            "chunk_episode": self.chunk_episode,
+        }
+        (directory / "index.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+        arrays = {"chunks": self.chunk_vecs, **{f"field_{k}": v for k, v in self.field_vecs.items()}}
+        np.savez_compressed(directory / "embeddings.npz", **arrays)  # type: ignore[arg-type]  # numpy stub: kwargs are arrays
+
+    @classmethod
+    def load(cls, directory: Path) -> "MemoryIndex":
+        meta = json.loads((directory / "index.json").read_text(encoding="utf-8"))
+        with np.load(directory / "embeddings.npz") as z:
+            chunks = z["chunks"]
+            fields = {k[len("field_"):]: z[k] for k in z.files if k.startswith("field_")}
+        return cls(
+            memory_id=meta["memory_id"],
+            episodes=[from_dict(Episode, e) for e in meta["episodes"]],
+            records=[from_dict(Record, r) for r in meta["records"]],
+            vocabulary=meta["vocabulary"], doc_tokens=meta["doc_tokens"],
+            chunk_episode=meta["chunk_episode"], chunk_vecs=chunks, field_vecs=fields,
+            embedding_model=meta["embedding_model"],
+        )
+
+
+def _encode_unique(embedder: Any, texts: list[str], dim: int) -> np.ndarray:
+    """Embed distinct non-empty texts once; empty texts get zero vectors (never match)."""
+    uniq = sorted({t for t in texts if t})
+    vecs = embedder.encode(uniq) if uniq else np.zeros((0, dim), dtype=np.float32)
+    pos = {t: i for i, t in enumerate(uniq)}
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    for i, t in enumerate(texts):
+        if t:
+            out[i] = vecs[pos[t]]
+    return out
+
+
+def build_index(view: MemoryView, episodes: list[Episode], records: list[Record], embedder: Any,
+                chunk_turns: int = 4, chunk_stride: int = 3, include_images: bool = True) -> MemoryIndex:
+    episodes = sorted(episodes, key=lambda e: view.position[e.dia_ids[0]])
+    vocab = Counter(r.property for r in records)
+    doc_tokens = [tokens(view.episode_text(e, include_images)) for e in episodes]
+    chunk_texts, chunk_episode = [], []
+    for pos, ep in enumerate(episodes):
+        turns = view.episode_turns(ep)
+        for i, j in chunk_windows(len(turns), chunk_turns, chunk_stride):
+            chunk_texts.append(episode_header(ep) + f"\nTheme: {ep.theme}\n"
+                               + render_turns(turns[i:j], include_images))
+            chunk_episode.append(pos)
+    dim = embedder.dim
+    chunk_vecs = embedder.encode(chunk_texts) if chunk_texts else np.zeros((0, dim), np.float32)
+    field_vecs = {f: _encode_unique(embedder, [field_text(f, getattr(r, f)) for r in records], dim)
+                  for f in EMBEDDED_FIELDS}
+    return MemoryIndex(
+        memory_id=view.memory_id, episodes=episodes, records=records,
+        vocabulary=dict(sorted(vocab.items(), key=lambda kv: (-kv[1], kv[0]))),
+        doc_tokens=doc_tokens, chunk_episode=chunk_episode, chunk_vecs=np.asarray(chunk_vecs, np.float32),
+        field_vecs=field_vecs, embedding_model=embedder.model_id,
+    )
+
+
+def index_fingerprint(episodes: list[Episode], records: list[Record], settings: dict[str, Any]) -> str:
+    """Hash of everything an index is built from; a stage-04 rerun skips unchanged memories."""
+    h = hashlib.sha256()
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    for e in episodes:
+        h.update(json.dumps(to_dict(e), sort_keys=True).encode())
+    for r in records:
+        h.update(json.dumps(to_dict(r), sort_keys=True).encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,178 @@
+"""Stage 05: the requirement-aware planner (paper eq. 4, Appendix E.2).
+
+The planner sees the question, its date, and the memory's observed property vocabulary
+(bounded to the ``vocabulary_max`` most frequent properties, so the prompt does not grow with
+the memory: the authors' code injects the full list, which can run to thousands of labels).
+Replies are normalized and validated; a bad reply gets one repair call, then a recorded
+deterministic fallback plan built from the question's own words.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional
+
+from common.core import prompts
+from common.core.llm import LLMCallError, LLMClient, parse_json_object
+from common.core.repair import complete_with_repair, fallback_error
+from common.core.schema import Anchor, Bridge, Hop, Plan, PlanRow, Question, to_dict
+from common.core.text import ENTITY_TYPES, content_tokens, normalize_condition, normprop
+from common.method.bridge import PLACEHOLDER
+from common.method.extract import granularity_policy
+
+PROMPT_IDS = ("plan_system", "plan_user", "plan_repair_system", "plan_repair_user")
+TARGET_TYPES = ("time", "value", "entity", "location", "count", "list", "boolean", "likelihood", "explanation")
+REASONING_TYPES = ("direct", "aggregation", "comparison", "temporal", "causal", "counterfactual",
+                   "commonsense_inference", "multi_hop", "unanswerable")
+SCOPES = ("point", "all_matching")
+ROLES = ("entity", "relation", "answer_property", "time", "constraint")
+_HOP_ID = re.compile(r"^h\d+$")
+
+
+class PlanError(ValueError):
+    pass
+
+
+def vocabulary_text(vocabulary: dict[str, int], limit: int) -> tuple[str, int]:
+    """The ``limit`` most frequent properties (ties alphabetical), comma-separated."""
+    items = sorted(vocabulary.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+    if not items:
+        return "(no properties indexed yet)", 0
+    return ", ".join(k for k, _ in items), len(items)
+
+
+def plan_messages(question: Question, vocab_text: str, granularity: str) -> list[dict[str, str]]:
+    user = prompts.fill(
+        "plan_user", granularity_policy=granularity_policy(granularity),
+        index_property_vocabulary=vocab_text, question_date=question.question_date or "unknown",
+        question=question.question,
+    )
+    return [{"role": "system", "content": prompts.load("plan_system")}, {"role": "user", "content": user}]
+
+
+def _str(v: Any) -> str:
+    return " ".join(str(v).split()) if v is not None else ""
+
+
+def _anchor(raw: Any, where: str) -> Anchor:
+    if not isinstance(raw, dict):
+        raise PlanError(f"{where}.anchor must be an object")
+    etype = _str(raw.get("entity_type")).lower()
+    cond = normalize_condition(raw.get("condition_property"))
+    a = Anchor(
+        entity=_str(raw.get("entity") or raw.get("subject")),
+        entity_type=etype if etype in ENTITY_TYPES else ("other" if etype else ""),
+        property=normprop(raw.get("property") or raw.get("broad_property")),
+        value=_str(raw.get("value")), condition_property=cond,
+        condition_value=_str(raw.get("condition_value")) if cond else "",
+    )
+    if not a.entity or not a.property:
+        raise PlanError(f"{where}.anchor needs a non-empty entity and property")
+    return a
+
+
+def normalize_plan(raw: dict[str, Any]) -> Plan:
+    """Validate and normalize a planner reply, or raise ``PlanError`` naming the problem."""
+    hops_raw = raw.get("hops")
+    if not isinstance(hops_raw, list) or not hops_raw:
+        raise PlanError("'hops' must be a non-empty list")
+    hops: list[Hop] = []
+    for pos, h in enumerate(hops_raw, 1):
+        if not isinstance(h, dict):
+            raise PlanError(f"hops[{pos}] is not an object")
+        hid = _str(h.get("hop_id")).lower()
+        if not _HOP_ID.match(hid) or any(x.hop_id == hid for x in hops):
+            hid = f"h{pos}"
+            while any(x.hop_id == hid for x in hops):  # an earlier hop may already use h{pos}
+                hid = f"h{int(hid[1:]) + 1}"
+        anchor = _anchor(h.get("anchor"), f"hops[{pos}]")
+        raw_deps = h.get("depends_on") or []
+        raw_deps = [raw_deps] if isinstance(raw_deps, (str, int)) else raw_deps
+        deps = [_str(d).lower() for d in raw_deps if _str(d)] if isinstance(raw_deps, list) else []
+        deps += [m for f in (anchor.entity, anchor.value, anchor.condition_value) for m in PLACEHOLDER.findall(f)]
+        earlier = {x.hop_id for x in hops}
+        bad = [d for d in deps if d not in earlier]
+        if bad:
+            raise PlanError(f"hop {hid} depends on {bad[0]}, which is not an earlier hop")
+        hops.append(Hop(hop_id=hid, purpose=_str(h.get("purpose")), anchor=anchor,
+                        depends_on=list(dict.fromkeys(deps)), bridge_request=_str(h.get("bridge_request"))))
+    answer_target = raw.get("answer_target")
+    target: dict[str, Any] = answer_target if isinstance(answer_target, dict) else {}
+    ttype = _str(target.get("type")).lower()
+    reasoning = _str(raw.get("reasoning_type")).lower()
+    reasoning = reasoning if reasoning in REASONING_TYPES else "direct"
+    scope = _str(raw.get("retrieval_scope")).lower()
+    if scope not in SCOPES:
+        scope = "all_matching" if reasoning in ("aggregation", "comparison") or ttype in ("count", "list") else "point"
+    required = []
+    for rp in raw.get("required_properties") or []:
+        if isinstance(rp, dict) and (rp.get("broad_property") or rp.get("property")):
+            role = _str(rp.get("role")).lower()
+            required.append({
+                "entity": _str(rp.get("entity")), "entity_type": _str(rp.get("entity_type")).lower(),
+                "broad_property": normprop(rp.get("broad_property") or rp.get("property")),
+                "property_text": _str(rp.get("property_text")), "value": _str(rp.get("value")),
+                "role": role if role in ROLES else "answer_property",
+            })
+    return Plan(answer_target={"type": ttype if ttype in TARGET_TYPES else "value",
+                               "description": _str(target.get("description"))},
+                reasoning_type=reasoning, retrieval_scope=scope, required_properties=required, hops=hops)
+
+
+_QUESTION_WORDS = {"what", "when", "where", "who", "whom", "whose", "why", "how", "which", "did", "does",
+                   "do", "is", "are", "was", "were", "would", "could", "can", "should", "has", "have", "had"}
+_AGGREGATE = re.compile(r"\b(how many|how often|how much|what are|list|which .* all|all the)\b", re.I)
+
+
+def fallback_plan(question: str) -> Plan:
+    """A single-hop plan from the question's own words, used only when the planner failed."""
+    words = re.findall(r"[A-Za-z][\w'-]*", question)
+    entity = next((w.split("'")[0] for w in words if w[0].isupper() and w.lower() not in _QUESTION_WORDS
+                   and w.split("'")[0] != "I"), "user")  # "I" is the user, not a name
+    content = [t for t in content_tokens(question) if t != entity.lower()]
+    prop = max(content, key=len) if content else "fact"
+    aggregate = bool(_AGGREGATE.search(question))
+    hop = Hop(hop_id="h1", purpose="fallback: question terms",
+              anchor=Anchor(entity=entity, entity_type="person" if entity == "user" else "", property=normprop(prop)))
+    return Plan(answer_target={"type": "list" if aggregate else "value", "description": ""},
+                reasoning_type="aggregation" if aggregate else "direct",
+                retrieval_scope="all_matching" if aggregate else "point",
+                required_properties=[], hops=[hop])
+
+
+def plan_question(client: LLMClient, question: Question, vocabulary: dict[str, int], *,
+                  granularity: str, vocabulary_max: int) -> PlanRow:
+    vocab_text, shown = vocabulary_text(vocabulary, vocabulary_max)
+    row = PlanRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
+                  plan=fallback_plan(question.question), vocabulary_size=shown,
+                  vocabulary_total=len(vocabulary))
+
+    def repair(error: str, text: str) -> list[dict[str, str]]:
+        user = prompts.fill("plan_repair_user", error=error, question=question.question, proposal=text)
+        return [{"role": "system", "content": prompts.load("plan_repair_system")},
+                {"role": "user", "content": user}]
+
+    try:
+        row.plan, row.repaired = complete_with_repair(
+            client, "plan", plan_messages(question, vocab_text, granularity),
+            lambda text: normalize_plan(parse_json_object(text)), repair,
+            ("plan_user", "plan_repair_user"), row.llm_calls)
+    except (ValueError, LLMCallError) as exc:
+        row.repaired = len(row.llm_calls) > 1
+        row.fallback_used, row.error = True, fallback_error(exc)
+        row.plan = fallback_plan(question.question)
+    return row
+
+
+def compact_plan(plan: Plan, bridges: Optional[list[Bridge]] = None) -> str:
+    """The plan as shown to the answer model (navigation aid, not evidence).
+
+    A hop whose bridge was resolved in 06 also shows ``bridge_value`` (as the authors' answer
+    step does); plans without bridges render exactly as before.
+    """
+    data = to_dict(plan)
+    values = {b.hop_id: b.value for b in bridges or []}
+    for hop in data["hops"]:
+        if hop["hop_id"] in values:
+            hop["bridge_value"] = values[hop["hop_id"]]
+    return json.dumps(data, ensure_ascii=False, indent=1)

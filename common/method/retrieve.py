@@ -1,0 +1,284 @@
+"""Stage 06: requirement-aware retrieval (paper 3.3, eq. 5) and the evidence buffer (eq. 6).
+
+For every hop of the plan three routes propose episodes:
+1. structured: records whose entity, type, property and value are compatible with the hop's
+   anchor, scored by a weighted mean of field matches (authors' weights), followed to their
+   source episodes (an episode scores as its best record);
+2. lexical: BM25 over the original episode text with the question's and anchor's content words;
+3. dense: cosine between question+anchor and overlapping chunks of each episode.
+The plan sets the budget: a point hop keeps the best structured episodes and, unless a
+confident structured match already covers the requirement, a few fallback episodes; an
+all_matching hop (counts, lists, comparisons, intervals) keeps every structured match plus the
+fallback candidates. Hops run in plan order: a hop that declares a bridge has it resolved over
+its selected episodes (``common.method.bridge``, one LLM call) before the hops that use ``$hN.bridge``
+search. Hops are merged by episode id, each episode keeping the hop, route, record and score
+that selected it, and the buffer renders the ORIGINAL turns in conversation order.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+from rapidfuzz import fuzz, process
+
+from common.core.config import RetrieveConfig, ScopeBudget
+from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, RetrievalRow, Selected
+from common.core.text import content_tokens, norm, normprop, tokens
+from common.core.tokens import count_tokens
+from common.method.bridge import Resolver, resolve_anchor
+from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
+from common.method.render import MemoryView, render_buffer
+
+FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "condition_value")
+GENERIC_PROPERTIES = frozenset({"activity", "event", "thing", "other", "fact"})
+ROUTE_PRIORITY = {"structured": 0, "lexical": 1, "dense": 1, "fused": 1, "neighbor": 2}
+
+
+@dataclass
+class Hit:
+    pos: int  # episode position in the index
+    score: float
+    route: str
+    record_id: str = ""
+
+
+def value_compatible(query: str, value: str, cosine: float, threshold: float) -> bool:
+    """Lexical compatibility first (equal, substring, shared word, shared 4+ letter stem), then cosine."""
+    q, v = norm(query), norm(value)
+    if not q or not v:
+        return False
+    if q == v or q in v or v in q:
+        return True
+    qt, vt = set(tokens(q)), set(tokens(v))
+    if qt & vt:
+        return True
+    if any(len(a) >= 4 and len(b) >= 4 and (a.startswith(b) or b.startswith(a)) for a in qt for b in vt):
+        return True
+    return cosine >= threshold
+
+
+def jaccard(a: str, b: str) -> float:
+    sa, sb = set(tokens(a)), set(tokens(b))
+    return len(sa & sb) / len(sa | sb) if sa and sb else 0.0
+
+
+class Retriever:
+    """Retrieval over one memory's index; built once per memory, called per question."""
+
+    def __init__(self, index: MemoryIndex, view: MemoryView, embedder: Any, cfg: RetrieveConfig,
+                 include_images: bool = True):
+        self.index, self.view, self.embedder, self.cfg = index, view, embedder, cfg
+        self.include_images = include_images
+        self.pos_of = index.episode_pos()
+        self.rec_entities = [norm(r.entity) for r in index.records]
+        self.rec_props = np.array([r.property for r in index.records], dtype=object)
+        self._episode_tokens: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ structured route
+    def _anchor_cosines(self, anchor: Anchor) -> dict[str, np.ndarray]:
+        n = len(self.index.records)
+        texts = {f: field_text(f, getattr(anchor, f)) for f in EMBEDDED_FIELDS if getattr(anchor, f)}
+        out = {f: np.zeros(n, np.float32) for f in EMBEDDED_FIELDS}
+        if texts and n:
+            vecs = self.embedder.encode(list(texts.values()))
+            for (f, _), v in zip(texts.items(), vecs):
+                out[f] = self.index.field_vecs[f] @ v
+        return out
+
+    def _entity_scores(self, entity: str) -> np.ndarray:
+        """Per record: 1.0 exact, fuzzy ratio above the bar, 0.7 for the possessor of "X's Y"."""
+        e = norm(entity)
+        if not self.rec_entities:
+            return np.zeros(0, np.float32)
+        ratios = process.cdist([e], self.rec_entities, scorer=fuzz.ratio, workers=1)[0] / 100.0
+        scores = np.where(ratios * 100 >= self.cfg.entity_fuzzy, ratios, 0.0).astype(np.float32)
+        possessor = e.split("'s ")[0] if "'s " in e else ""
+        if possessor:
+            scores = np.maximum(scores, np.array([0.7 if r == possessor else 0.0 for r in self.rec_entities],
+                                                 np.float32))
+        return scores
+
+    def structured(self, anchor: Anchor) -> list[Hit]:
+        recs = self.index.records
+        if not recs or not anchor.entity or not anchor.property:
+            return []
+        cfg, w = self.cfg, self.cfg.weights
+        cos = self._anchor_cosines(anchor)
+        ent = self._entity_scores(anchor.entity)
+        gate = ent > 0
+        if anchor.entity_type and anchor.entity_type != "other":
+            gate &= np.array([r.entity_type == anchor.entity_type or r.entity_type == "other" for r in recs])
+        aprop = normprop(anchor.property)
+        exact_prop = gate & (self.rec_props == aprop)
+        has_exact = bool(exact_prop.any())
+        hits: dict[int, Hit] = {}
+        for i in np.flatnonzero(gate):
+            r = recs[i]
+            if r.property == aprop:
+                prop_score = 1.0
+            elif (r.property in GENERIC_PROPERTIES and anchor.value
+                  and value_compatible(anchor.value, r.value, 0.0, 1.01)):
+                prop_score = 1.0  # a generic record property carrying the anchor's value
+            elif not has_exact and cos["property"][i] >= cfg.property_threshold:
+                prop_score = float(cos["property"][i])
+            else:
+                continue
+            if anchor.value and not value_compatible(anchor.value, r.value, float(cos["value"][i]),
+                                                     cfg.value_threshold):
+                continue
+            field_scores = {"entity": float(ent[i]), "property": prop_score}
+            if anchor.entity_type:
+                field_scores["entity_type"] = 1.0 if r.entity_type == anchor.entity_type else 0.0
+            if anchor.value:
+                field_scores["value"] = 1.0 if norm(anchor.value) == norm(r.value) else max(
+                    0.0, float(cos["value"][i]), jaccard(anchor.value, r.value))
+            if anchor.condition_property:
+                field_scores["condition_property"] = 1.0 if r.condition_property == anchor.condition_property else 0.0
+            if anchor.condition_value:
+                same = norm(anchor.condition_value) == norm(r.condition_value)
+                field_scores["condition_value"] = 1.0 if same else max(
+                    0.0, float(cos["condition_value"][i]), jaccard(anchor.condition_value, r.condition_value))
+            score = sum(w[f] * s for f, s in field_scores.items()) / sum(w[f] for f in field_scores)
+            if score < cfg.min_score:
+                continue
+            pos = self.pos_of[r.episode_id]
+            if pos not in hits or score > hits[pos].score:
+                hits[pos] = Hit(pos, round(score, 6), "structured", r.record_id)
+        return sorted(hits.values(), key=lambda h: (-h.score, h.pos))
+
+    # ------------------------------------------------------------------ fallback routes
+    def lexical(self, query_terms: list[str], k: Optional[int]) -> list[Hit]:
+        if not query_terms or not self.index.episodes:
+            return []
+        scores = self.index.bm25.get_scores(query_terms)
+        order = [int(i) for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
+        return [Hit(i, round(float(scores[i]), 6), "lexical") for i in order[:k]]
+
+    def dense(self, query_text: str, k: Optional[int]) -> list[Hit]:
+        if len(self.index.chunk_vecs) == 0:
+            return []
+        q = self.embedder.encode([query_text])[0]
+        sims = self.index.chunk_vecs @ q
+        best = np.full(len(self.index.episodes), -1.0, np.float32)
+        np.maximum.at(best, np.asarray(self.index.chunk_episode), sims)
+        order = np.argsort(-best, kind="stable")
+        return [Hit(int(i), round(float(best[i]), 6), "dense") for i in order[:k]]
+
+    def fallback(self, question: str, anchor: Anchor, budget: ScopeBudget) -> list[Hit]:
+        """Lexical and dense candidates fused by reciprocal rank (k=60), best first."""
+        terms = content_tokens(" ".join([question, anchor.entity, anchor.property.replace("_", " "),
+                                         anchor.value, anchor.condition_value]))
+        lex = self.lexical(terms, budget.lexical_k)
+        lines = [question] + [f"{f}: {getattr(anchor, f)}" for f in FIELDS if f != "entity_type" and getattr(anchor, f)]
+        den = self.dense("\n".join(lines), budget.dense_k)
+        fused: dict[int, float] = {}
+        for ranked in (lex, den):
+            for rank, h in enumerate(ranked):
+                fused[h.pos] = fused.get(h.pos, 0.0) + 1.0 / (60 + rank + 1)
+        best_route = {}
+        for ranked in (den, lex):  # lexical wins the label when both found it
+            for h in ranked:
+                best_route[h.pos] = h.route
+        out = [Hit(p, round(s, 6), best_route[p]) for p, s in fused.items()]
+        return sorted(out, key=lambda h: (-h.score, h.pos))[: budget.fallback_k]
+
+    # ------------------------------------------------------------------ per hop and merge
+    def hop_hits(self, question: str, anchor: Anchor, scope: str) -> tuple[list[Hit], bool]:
+        """One hop's episodes for its (bridge-resolved) anchor, and whether it is covered."""
+        cfg = self.cfg
+        budget = cfg.all_matching if scope == "all_matching" else cfg.point
+        structured = self.structured(anchor)
+        covered = bool(structured) and structured[0].score >= cfg.coverage_score
+        if cfg.mode == "fixed_k":
+            merged = structured + [h for h in self.fallback(question, anchor, budget)
+                                   if h.pos not in {s.pos for s in structured}]
+            return merged[: cfg.fixed_k], covered
+        chosen = structured[: budget.structured_k]
+        if scope == "point" and cfg.stop_when_covered and covered:
+            return chosen, covered
+        seen = {h.pos for h in chosen}
+        return chosen + [h for h in self.fallback(question, anchor, budget) if h.pos not in seen], covered
+
+    def _tokens_of(self, pos: int) -> int:
+        if pos not in self._episode_tokens:
+            ep = self.index.episodes[pos]
+            self._episode_tokens[pos] = count_tokens(self.view.episode_text(ep, self.include_images))
+        return self._episode_tokens[pos]
+
+    def _resolve_bridge(self, resolve: Resolver, hop: Hop, anchor: Anchor, hits: list[Hit]
+                        ) -> tuple[Bridge, list[dict[str, Any]], float]:
+        """The hop's bridge over its first ``bridge_context_k`` episodes; also the wall time spent."""
+        positions = list(dict.fromkeys(h.pos for h in hits))[: self.cfg.bridge_context_k]
+        eps = [self.index.episodes[p] for p in positions]
+        t = time.perf_counter()
+        bridge, calls = resolve(hop, anchor, render_buffer(self.view, eps, self.include_images),
+                                [e.episode_id for e in eps])
+        return bridge, calls, time.perf_counter() - t
+
+    def retrieve(self, question: Question, plan: Plan, resolve: Optional[Resolver] = None) -> RetrievalRow:
+        """The question's evidence buffer; ``resolve`` answers declared bridges (None: bridges off)."""
+        t0 = time.perf_counter()
+        cfg = self.cfg
+        selected: dict[int, Selected] = {}
+        coverage: dict[str, bool] = {}
+        anchors: dict[str, Anchor] = {}
+        bridges: list[Bridge] = []
+        calls: list[dict[str, Any]] = []
+        in_resolver = 0.0  # wall time inside bridge calls (may include waiting for other threads)
+        if cfg.mode == "dense_only":
+            for h in self.dense(question.question, cfg.fixed_k):
+                selected[h.pos] = Selected(self.index.episodes[h.pos].episode_id, "question", "dense", h.score)
+        else:
+            values: dict[str, str] = {}
+            for hop in plan.hops:  # plan order: a hop only depends on earlier hops (05 validates)
+                anchor = anchors[hop.hop_id] = resolve_anchor(hop.anchor, values)
+                hits, coverage[hop.hop_id] = self.hop_hits(question.question, anchor, plan.retrieval_scope)
+                if hop.bridge_request and resolve is not None:
+                    bridge, hop_calls, spent = self._resolve_bridge(resolve, hop, anchor, hits)
+                    values[hop.hop_id] = bridge.value
+                    bridges.append(bridge)
+                    calls += hop_calls
+                    in_resolver += spent
+                for h in hits:
+                    cur = selected.get(h.pos)
+                    cand = Selected(self.index.episodes[h.pos].episode_id, hop.hop_id, h.route, h.score, h.record_id)
+                    if cur is None or (ROUTE_PRIORITY[h.route], -h.score) < (ROUTE_PRIORITY[cur.route], -cur.score):
+                        selected[h.pos] = cand
+            if plan.reasoning_type == "temporal" and cfg.temporal_neighbors > 0:
+                self._add_neighbors(selected)
+        ranked = sorted(selected.items(), key=lambda kv: (ROUTE_PRIORITY[kv[1].route], -kv[1].score, kv[0]))
+        kept: list[tuple[int, Selected]] = []
+        total = 0
+        for pos, sel in ranked[: cfg.max_episodes]:
+            n = self._tokens_of(pos)
+            if kept and total + n > cfg.max_buffer_tokens:
+                continue
+            kept.append((pos, sel))
+            total += n
+        episodes = [self.index.episodes[p] for p, _ in kept]
+        buffer = render_buffer(self.view, episodes, self.include_images)
+        ordered = sorted(episodes, key=lambda e: self.view.position[e.dia_ids[0]])
+        # Retrieval time = our own compute plus the bridge calls' latency (the original call's
+        # when cached, like every efficiency figure), not the time spent queued behind other work.
+        bridge_seconds = sum(float(c.get("latency") or 0.0) for c in calls)
+        failed = [b.error for b in bridges if b.error]
+        return RetrievalRow(
+            qid=question.qid, memory_id=question.memory_id, question=question.question,
+            mode=cfg.mode, scope=plan.retrieval_scope, reasoning_type=plan.reasoning_type,
+            selected=[s for _, s in kept], episode_ids=[e.episode_id for e in ordered],
+            dia_ids=[d for e in ordered for d in e.dia_ids], coverage=coverage,
+            buffer_text=buffer, buffer_tokens=count_tokens(buffer) if buffer else 0,
+            seconds=round(time.perf_counter() - t0 - in_resolver + bridge_seconds, 4),
+            resolved_anchors=anchors, bridges=bridges, bridge_seconds=round(bridge_seconds, 4),
+            fallback_used=bool(failed), error=failed[0] if failed else "", llm_calls=calls,
+        )
+
+    def _add_neighbors(self, selected: dict[int, Selected]) -> None:
+        eps: list[Episode] = self.index.episodes
+        for pos in list(selected):
+            for d in range(1, self.cfg.temporal_neighbors + 1):
+                for nb in (pos - d, pos + d):
+                    if 0 <= nb < len(eps) and nb not in selected and eps[nb].session_id == eps[pos].session_id:
+                        selected[nb] = Selected(eps[nb].episode_id, selected[pos].hop_id, "neighbor", 0.0)

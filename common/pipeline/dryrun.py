@@ -1,0 +1,216 @@
+"""Estimate a run's LLM calls, tokens and dollars before making any call (``--dry-run``).
+
+    python -m common.pipeline.dryrun --config configs/locomo.yaml [--set ...]   (make locomo DRY_RUN=1)
+
+Counts that are known before the run are exact: sessions to partition (after de-duplication),
+questions to plan and answer, questions to judge, and the rows already present in the run
+directory (a resumed run pays only for the rest). Token counts are exact where the prompt can be
+rendered up front (partition prompts, judge and plan templates) and otherwise come from the
+stated assumptions in ``ASSUME``, which are printed with the estimate. Nothing is written and no
+endpoint is contacted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from common.benchmarks.registry import adapter
+from common.benchmarks.subset import load_selected
+from common.core import artifacts, prompts
+from common.core.config import Config, ConfigError, load_config
+from common.core.io import read_jsonl
+from common.core.tokens import count_tokens
+from common.evaluation.judge import judge_messages
+from common.evaluation.judge_lme import judge_messages as lme_messages
+from common.evaluation.judge_lme import template_id
+from common.method.dedup import representatives
+from common.method.episodes import partition_messages
+from common.method.plan import plan_messages
+from common.method.render import render_turn
+from common.pipeline.graph import by_name, llm_stages
+from common.pipeline.ledger import cost, load_prices
+
+# Assumptions for what cannot be known before the calls (all in o200k tokens).
+ASSUME = {
+    "turns_per_theme_episode": 8,    # theme-coherent partition: mean turns per episode
+    "partition_out_per_turn": 12,    # segment JSON per turn (ids, themes, reasons)
+    "extract_out_per_turn": 70,      # about 1.5 records of ~45 tokens per turn
+    "plan_out": 350,                 # one hop plan with anchors
+    "bridges_per_question": 0.1,     # hops declaring a bridge, before 05 has run (then counted)
+    "bridge_out": 40,
+    "ensimem_buffer": 7470,          # the paper's Table 3 mean context tokens (capped by max_buffer_tokens)
+    "plan_text_in_answer": 150,
+    "answer_out": 20,
+    "answer_text": 12,               # the answer the judge reads
+    "judge_out": 25,
+    "oracle_turns": 3,
+}
+
+
+def _tok(messages: list[dict[str, str]]) -> int:
+    return sum(count_tokens(m["content"]) for m in messages) + 4 * len(messages)
+
+
+def _existing(run_dir: Path, name: str) -> int:
+    """Rows already written to artifact ``name`` (a resumed run pays only for the rest)."""
+    path = artifacts.path(run_dir, name)
+    if not path.exists():
+        return 0
+    with path.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def _bridges(run_dir: Path, qids: set[str]) -> tuple[int, str]:
+    """Bridge calls: counted from the plans when 05 has planned every question, else assumed."""
+    plans = {r["qid"]: r for r in read_jsonl(artifacts.path(run_dir, "plans"), missing_ok=True)}
+    if qids and qids <= set(plans):
+        n = sum(1 for q in qids for h in plans[q]["plan"]["hops"] if h.get("bridge_request"))
+        return n, f"counted from {artifacts.path(run_dir, 'plans').name}"
+    return round(ASSUME["bridges_per_question"] * len(qids)), "bridges per question assumed (plans not made yet)"
+
+
+def _bridges_done(run_dir: Path) -> int:
+    return sum(len(r.get("bridges", [])) for r in read_jsonl(artifacts.path(run_dir, "retrievals"), missing_ok=True))
+
+
+def estimate(cfg: Config) -> dict[str, Any]:
+    data_adapter = adapter(cfg.benchmark)
+    _, data, _ = load_selected(cfg)
+    imgs = cfg.episodes.include_images
+    rep = representatives(data.sessions)
+    unique = [s for s in data.sessions if rep[s.key] is s]
+    turn_tokens = {s.key: [count_tokens(render_turn(t, imgs)) for t in s.turns] for s in unique}
+    n_turns = sum(len(v) for v in turn_tokens.values())
+    session_tokens = sum(sum(v) for v in turn_tokens.values())
+    mean_turn = session_tokens / n_turns if n_turns else 0.0
+    scored = [g for g in data.gold if data_adapter.is_scored(g)]
+    nq = len(data.questions)
+    ensimem = cfg.method.name == "ensimem"
+    stages: list[dict[str, Any]] = []
+
+    def add(stage: str, role: str, calls: int, tin: float, tout: float, done: int, note: str) -> None:
+        todo = max(0, calls - done)
+        frac = todo / calls if calls else 0.0
+        stages.append({"stage": stage, "role": role, "model": cfg.role(role).model, "calls": calls,
+                       "already_done": min(done, calls), "to_make": todo,
+                       "prompt_tokens": int(tin * frac), "completion_tokens": int(tout * frac), "basis": note})
+
+    run_dir = cfg.run_dir
+    tin: float  # input tokens of the stage being estimated
+    if ensimem:
+        if cfg.episodes.mode == "theme":
+            tin = sum(_tok(partition_messages(s, imgs)) for s in unique)
+            add(by_name("02_episodes").id, "partition", len(unique), tin, ASSUME["partition_out_per_turn"] * n_turns,
+                _existing(run_dir, "episodes"), "exact prompts; output assumed")
+        n_eps = {"theme": max(len(unique), round(n_turns / ASSUME["turns_per_theme_episode"])),
+                 "turn": n_turns, "session": len(unique)}[cfg.episodes.mode]
+        overhead = count_tokens(prompts.load("extract_system")) + count_tokens(prompts.load("extract_user")) + 60
+        add(by_name("03_extract").id, "extract", n_eps, n_eps * overhead + session_tokens,
+            ASSUME["extract_out_per_turn"] * n_turns, _existing(run_dir, "records"),
+            "episodes assumed for theme mode; episode text exact in total")
+        vocab = ", ".join(["property"] * cfg.plan.vocabulary_max)
+        tin = sum(_tok(plan_messages(q, vocab, cfg.extract.granularity)) for q in data.questions)
+        add(by_name("05_plan").id, "plan", nq, tin, ASSUME["plan_out"] * nq, _existing(run_dir, "plans"),
+            f"exact templates; vocabulary of {cfg.plan.vocabulary_max} properties assumed")
+        buffer = min(ASSUME["ensimem_buffer"], cfg.retrieve.max_buffer_tokens) + ASSUME["plan_text_in_answer"]
+        if cfg.retrieve.bridges and cfg.retrieve.mode != "dense_only":
+            n_bridges, basis = _bridges(run_dir, {q.qid for q in data.questions})
+            overhead = count_tokens(prompts.load("bridge_system")) + count_tokens(prompts.load("bridge_user")) + 60
+            add(by_name("06_retrieve").id, "bridge", n_bridges, n_bridges * (overhead + ASSUME["ensimem_buffer"]),
+                ASSUME["bridge_out"] * n_bridges, _bridges_done(run_dir),
+                f"{basis}; context assumed the paper's mean buffer")
+        answer_prompt = "answer_system"
+    else:
+        by_memory: dict[str, int] = {}
+        for s in data.sessions:
+            by_memory[s.memory_id] = by_memory.get(s.memory_id, 0) + sum(turn_tokens[rep[s.key].key])
+        conv = sum(by_memory.get(q.memory_id, 0) for q in data.questions) / nq if nq else 0
+        buffer = {"full_context": min(conv, cfg.method.context_tokens), "rag_turns": cfg.method.rag_k * mean_turn,
+                  "no_memory": 0, "oracle": ASSUME["oracle_turns"] * mean_turn}[cfg.method.name]
+        answer_prompt = "answer_closed_book_system" if cfg.method.name == "no_memory" else "answer_baseline_system"
+    per_answer = count_tokens(prompts.load(answer_prompt)) + 40 + buffer
+    tin = sum(per_answer + count_tokens(q.question) for q in data.questions)
+    add(by_name("07_answer").id, "answer", nq, tin, ASSUME["answer_out"] * nq, _existing(run_dir, "answers"),
+        f"buffer {buffer:.0f} tokens per question ({'paper Table 3 mean' if ensimem else cfg.method.name})")
+    q_by = {q.qid: q for q in data.questions}
+    answer_text = "a " * int(ASSUME["answer_text"])  # an assumed answer of that many tokens
+    if cfg.benchmark == "locomo":
+        tin = sum(_tok(judge_messages(cfg.judge.prompt, q_by[g.qid].question, g.answer, answer_text)) for g in scored)
+    else:
+        tin = sum(_tok(lme_messages(template_id(g.question_type, g.qid), q_by[g.qid].question, g.answer,
+                                    answer_text)) for g in scored)
+    add(f"{by_name('judge').id}_{cfg.judge.name}", "judge", len(scored), tin, ASSUME["judge_out"] * len(scored),
+        _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name),
+        "exact judge prompts; answer length assumed")
+    # A stage added to the graph without an estimator here is listed, never silently left out.
+    estimated = {s["stage"].split("_")[0] for s in stages}
+    for node in llm_stages():  # every one has a role
+        if (node.role and f"{node.number:02d}" not in estimated and not (node.memory_stage and not ensimem)
+                and node.role_required):
+            stages.append({"stage": node.id, "role": node.role, "model": cfg.role(node.role).model, "calls": 0,
+                           "already_done": 0, "to_make": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                           "basis": "no estimator for this stage in common.pipeline.dryrun"})
+    prices = load_prices()
+    unpriced = set()
+    for row in stages:
+        c = cost(row["model"], row["prompt_tokens"], row["completion_tokens"], prices)
+        row["cost_usd"] = round(c, 4) if c is not None else None
+        if c is None:
+            unpriced.add(row["model"])
+    total = {k: sum(s[k] for s in stages) for k in ("calls", "to_make", "prompt_tokens", "completion_tokens")}
+    total["cost_usd"] = round(sum(s["cost_usd"] or 0 for s in stages), 2)
+    return {"benchmark": cfg.benchmark, "run_dir": str(run_dir), "method": cfg.method.name,
+            "memories": len({s.memory_id for s in data.sessions}), "sessions": len(data.sessions),
+            "unique_sessions": len(unique), "turns": n_turns, "questions": nq, "scored": len(scored),
+            "stages": stages, "total": total, "unpriced_models": sorted(unpriced), "assumptions": ASSUME,
+            "prices": {"date": prices.get("date"), "file": "configs/prices.yaml"},
+            "note": "upper bound: calls already in the LLM cache are not subtracted (only rows present in the run dir)"}
+
+
+def format_estimate(est: dict[str, Any]) -> str:
+    """The estimate as a Markdown table with totals and the stated assumptions."""
+    lines = [f"Dry run ({est['benchmark']}, method {est['method']}): {est['memories']} memories, "
+             f"{est['unique_sessions']} unique sessions of {est['sessions']}, {est['turns']} turns, "
+             f"{est['questions']} questions ({est['scored']} judged) -> {est['run_dir']}", "",
+             "| stage | model | calls | already done | to make | input tokens | output tokens | est. $ | basis |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in est["stages"]:
+        usd = "unpriced" if s["cost_usd"] is None else f"{s['cost_usd']:.2f}"
+        lines.append(f"| {s['stage']} | {s['model']} | {s['calls']} | {s['already_done']} | {s['to_make']} | "
+                     f"{s['prompt_tokens']:,} | {s['completion_tokens']:,} | {usd} | {s['basis']} |")
+    t = est["total"]
+    lines.append(f"| total | | {t['calls']} | | {t['to_make']} | {t['prompt_tokens']:,} | {t['completion_tokens']:,} | "
+                 f"{t['cost_usd']:.2f} | prices dated {est['prices']['date']} |")
+    lines.append(f"\n{est['note']}. Assumptions: " + ", ".join(f"{k}={v}" for k, v in est["assumptions"].items()))
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m common.pipeline.dryrun", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", action="append", default=None)
+    p.add_argument("--benchmark", default=None, help="default: from the config")
+    p.add_argument("--set", action="append", default=[])
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--memories", "--conversations", dest="memories", default=None)
+    p.add_argument("--run", default=None)
+    p.add_argument("--json", default=None, help="also write the estimate here")
+    a = p.parse_args(argv)
+    overrides = list(a.set) + ([f"data.question_limit={a.limit}"] if a.limit is not None else []) \
+        + ([f"data.memories=[{a.memories}]"] if a.memories else []) + ([f"run.name={a.run}"] if a.run else [])
+    try:
+        cfg = load_config(a.config or ["configs/locomo.yaml"], overrides)
+        est = estimate(cfg)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    print(format_estimate(est))
+    if a.json:
+        Path(a.json).write_text(json.dumps(est, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""The engine that runs a stage of the graph: resumable row loops, manifests, protocol checks.
+
+A stage function (``common.pipeline.stages``) reads its inputs through ``Run.path``, maps its
+work over rows with ``run_rows`` (resume, concurrency, failures redone, stale rows redone,
+manifest, one summary line) and returns. ``run_stage`` checks the stage's LLM endpoint first,
+so a missing endpoint fails in one line before any input is read; ``run_pipeline`` runs the
+graph in order in one process (runners, the demo); ``main`` is every numbered script.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from tqdm import tqdm
+
+from common.benchmarks.registry import adapter
+from common.core import artifacts, fingerprint
+from common.core.config import ROLES, Config, resolve_path
+from common.core.embeddings import Embedder
+from common.core.io import StageWriter, read_jsonl, sha256_file, write_json, write_manifest
+from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy
+from common.core.schema import Episode, PartitionRow, Question, Session, from_dict, to_dict
+from common.evaluation.scoring import POLICIES
+from common.method.render import MemoryView
+from common.pipeline.cli import parse
+from common.pipeline.graph import STAGES, Stage, by_name
+
+log = logging.getLogger("harness")
+
+
+class StageFailed(RuntimeError):
+    """A stage finished but too many of its rows failed (``run.max_error_rate``)."""
+
+
+@dataclasses.dataclass
+class Run:
+    cfg: Config
+    force: bool = False
+    progress: bool = True
+    _client: LLMClient | None = None
+
+    @property
+    def dir(self) -> Path:
+        return self.cfg.run_dir
+
+    def path(self, name: str) -> Path:
+        """The file of an artifact (``common.core.artifacts``), or a plain file name in the run."""
+        return artifacts.path(self.dir, name)
+
+    def judge_path(self, name: Optional[str] = None) -> Path:
+        return artifacts.judge_path(self.dir, name or self.cfg.judge.name)
+
+    def client(self, roles: tuple[str, ...]) -> LLMClient:
+        """The shared LLM client; fails at once, in one line, when a role has no endpoint."""
+        if self._client is None:
+            c = self.cfg.llm
+            self._client = LLMClient(
+                {r: self.cfg.role(r) for r in ROLES},
+                cache=ResponseCache(str(resolve_path(c.cache_path)), c.cache_mode),
+                retry=RetryPolicy(c.max_attempts, c.initial_wait, c.max_wait),
+                concurrency=c.concurrency,
+            )
+        self._client.check_endpoints(roles)
+        return self._client
+
+    @property
+    def llm(self) -> LLMClient:
+        """The client made by ``client(roles)``, which ``run_rows`` calls before any row's work."""
+        if self._client is None:
+            raise RuntimeError("no LLM client yet: Run.client(roles) makes it")
+        return self._client
+
+    def embedder(self) -> Any:
+        emb = self.cfg.embedding
+        cache = str(resolve_path(emb.cache_path)) if emb.cache_path else ""
+        return Embedder.from_config(dataclasses.replace(emb, cache_path=cache))
+
+
+# ----------------------------------------------------------------------------- loading
+def load_sessions(run: Run) -> list[Session]:
+    return [from_dict(Session, r) for r in read_jsonl(run.path("sessions"))]
+
+
+def load_questions(run: Run) -> list[Question]:
+    return [from_dict(Question, r) for r in read_jsonl(run.path("questions"))]
+
+
+def load_views(run: Run) -> dict[str, MemoryView]:
+    by_memory: dict[str, list[Session]] = defaultdict(list)
+    for s in load_sessions(run):
+        by_memory[s.memory_id].append(s)
+    return {m: MemoryView(m, ss) for m, ss in by_memory.items()}
+
+
+def load_episodes(run: Run) -> list[Episode]:
+    return [e for r in read_jsonl(run.path("episodes")) for e in from_dict(PartitionRow, r).episodes]
+
+
+def by_qid(rows: list[dict[str, Any]], cls: type) -> dict[str, Any]:
+    return {r["qid"]: from_dict(cls, r) for r in rows}
+
+
+# ----------------------------------------------------------------------------- helpers
+def manifest(run: Run, stage: str, *, extra: dict | None = None, **kw: Any) -> None:
+    """Stage manifest with the resolved config, so each artifact names the settings it came from."""
+    write_manifest(run.dir, stage, extra={**(extra or {}), "config": dataclasses.asdict(run.cfg)}, **kw)
+
+
+def digest(obj: Any) -> str:
+    """Short content hash of an upstream row: a row whose input changed since it was made is stale."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
+def _stale(row: dict, key: str, current: dict[str, str]) -> bool:
+    # Rows from before digests were kept (no field) are trusted; others must match their input.
+    return bool(row.get("input_digest")) and row["input_digest"] != current.get(row[key], row["input_digest"])
+
+
+def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
+               work: Callable[[Any], Any], role: str | None, inputs: list[Path], failed: Callable[[Any], bool],
+               redo_failed: bool = True, digest_fn: Callable[[Any], str] | None = None,
+               extra: dict[str, Any] | None = None) -> list[dict]:
+    """Shared loop of the row stages: resume, map concurrently, write as completed, manifest.
+
+    Rows that failed in an earlier invocation are done again (their successful calls come from
+    the cache, so only the failed calls are paid for); ``redo_failed=False`` keeps them. With
+    ``digest_fn``, each row records the digest of its input and a row whose input has changed
+    since (an upstream row was redone) is done again too. ``role=None``: a stage that makes no
+    LLM call this time (06 without bridges) runs its items one after the other.
+    """
+    started = time.time()
+    client = run.client((role,)) if role else None
+    current = {key_fn(i): digest_fn(i) for i in items} if digest_fn else {}
+    redo = (lambda r: (redo_failed and failed(r)) or _stale(r, key, current)) if (redo_failed or digest_fn) else None
+    writer = StageWriter(out, key, force=run.force, redo=redo)
+    todo = writer.pending(items, key_fn)
+    if digest_fn:
+        inner = work
+
+        def work(item: Any) -> Any:  # noqa: F811 - stamp each new row with its input digest
+            row = inner(item)
+            row.input_digest = current[key_fn(item)]
+            return row
+    done = client.map(work, todo, desc=name, progress=run.progress) if client else (
+        (i, work(i)) for i in tqdm(todo, desc=name, disable=not run.progress or len(todo) < 2, leave=False))
+    try:
+        for _, row in done:
+            writer.write(to_dict(row))
+    finally:
+        rows = writer.close(order=[key_fn(i) for i in items])
+    n_failed = sum(1 for r in rows if failed(r))
+    llm = client.summary().get(role, {}) if client and role else {}
+    manifest(run, name, inputs=inputs, outputs=[out], rows=len(rows), started=started,
+                   extra={**(extra or {}), "resumed_rows": writer.resumed, "redone_rows": writer.redone,
+                          "new_rows": len(todo), "failed_rows": n_failed, "llm": llm})
+    summary_line(name, rows, writer.resumed, len(todo), n_failed, out, started, llm)
+    if rows and n_failed / len(rows) > run.cfg.run.max_error_rate:
+        raise StageFailed(f"{name}: {n_failed}/{len(rows)} rows failed (> run.max_error_rate "
+                          f"{run.cfg.run.max_error_rate}); rerun to retry only the failed rows' calls")
+    return rows
+
+
+def summary_line(name: str, rows: list, resumed: int, new: int, failed: int, out: Path, started: float,
+             llm: dict | None = None) -> None:
+    calls = (f"; llm: {llm.get('calls', 0)} calls, {llm.get('cached', 0)} cached, {llm.get('failed', 0)} failed"
+             if llm else "")
+    print(f"{name}: {len(rows)} rows ({resumed} resumed, {new} new, {failed} failed) -> "
+          f"{out} ({time.time() - started:.1f}s){calls}", flush=True)
+
+
+# ----------------------------------------------------------------------------- protocol
+def dataset_sha256(run: Run, *, reread: bool = False) -> str:
+    """The sha256 of the source file: read at 01, remembered in the run's fingerprint after."""
+    stored = json.loads((run.dir / fingerprint.FILE).read_text(encoding="utf-8")) \
+        if (run.dir / fingerprint.FILE).exists() else {}
+    if stored.get("run") and not reread:
+        return stored["run"]["components"]["dataset_sha256"]
+    return sha256_file(adapter(run.cfg.benchmark).data_path(run.cfg))
+
+
+def check_protocol(run: Run, *, judge: str | None = None, reread: bool = False) -> str:
+    """Refuse to add rows to a run made under another protocol; return the fingerprint."""
+    comps = fingerprint.run_components(run.cfg, dataset_sha256(run, reread=reread))
+    fp = fingerprint.check_and_store(run.dir, comps, key="run", force=run.force)
+    if judge is None:
+        return fp
+    jc = fingerprint.judge_components(run.cfg, fp, POLICIES[run.cfg.benchmark])
+    return fingerprint.check_and_store(run.dir, jc, key=f"judge:{judge}", force=run.force)
+
+
+# ----------------------------------------------------------------------------- memory stages
+def uses_memory_index(cfg: Config) -> bool:
+    """Only EnSIMem builds episodes, records, an index and plans; baselines start at 06."""
+    return cfg.method.name == "ensimem"
+
+
+def skipped(run: Run, stage: str) -> bool:
+    if uses_memory_index(run.cfg):
+        return False
+    print(f"{stage}: skipped (method {run.cfg.method.name} builds its buffer in 06_retrieve)", flush=True)
+    manifest(run, stage, inputs=[], outputs=[], rows=0, started=time.time(),
+              extra={"skipped": f"method={run.cfg.method.name}"})
+    return True
+
+
+def run_rows_deduplicated(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
+              rep_of: dict[str, Any], work: Callable[[Any], Any], rebase: Callable[[Any, Any], Any],
+              role: str, inputs: list[Path], failed: Callable[[Any], bool],
+              digest_fn: Callable[[Any], str] | None = None) -> None:
+    """Process distinct items first, then serve duplicates from the cache and rebase them.
+
+    Running representatives to completion before any duplicate means two copies of one session
+    never race for the same uncached request, so a duplicate costs no call at all.
+    """
+    reps = [i for i in items if rep_of[key_fn(i)] is i]
+    run_rows(run, name, out, key, reps, key_fn, work, role, inputs, failed, digest_fn=digest_fn)
+    if len(reps) < len(items):
+        # The first pass already retried failed representatives; do not pay for them twice.
+        run_rows(run, name, out, key, items, key_fn, lambda i: rebase(work(rep_of[key_fn(i)]), i),
+                   role, inputs, failed, redo_failed=False, digest_fn=digest_fn)
+    path = artifacts.manifest_path(run.dir, name)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["dedup"] = {"instances": len(items), "unique": len(reps), "calls_saved_by_reuse": len(items) - len(reps)}
+    write_json(path, data)
+    if len(reps) < len(items):
+        print(f"{name}: {len(reps)} unique of {len(items)} instances; {len(items) - len(reps)} reused", flush=True)
+
+
+# ----------------------------------------------------------------------------- running the graph
+def check_endpoint(run: Run, stage: Stage) -> None:
+    """Fail at once, in one line, when a stage that will call an LLM has no endpoint."""
+    cfg = run.cfg
+    skip = (stage.name == "episodes" and cfg.episodes.mode != "theme") or (
+        stage.memory_stage and not uses_memory_index(cfg))
+    if stage.role and stage.role_required and not skip:
+        run.client((stage.role,))
+
+
+def run_stage(run: Run, stage: Stage | str) -> None:
+    """One stage of the graph, its endpoint checked first."""
+    node = by_name(stage) if isinstance(stage, str) else stage
+    check_endpoint(run, node)
+    node.resolve()(run)
+
+
+def run_pipeline(run: Run, stages: Optional[tuple[Stage, ...]] = None) -> None:
+    """The stages of the graph in order in this process (runners, the demo)."""
+    for stage in stages or STAGES:
+        run_stage(run, stage)
+
+
+def main(stage: str, benchmark: str, doc: Optional[str] = None) -> None:
+    """Entry point of every numbered script: parse, run one stage, one-line errors."""
+    cfg, args = parse(doc or "", benchmark)
+    run = Run(cfg, force=args.force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
+    try:
+        run_stage(run, stage)
+    except EndpointNotConfigured as exc:
+        sys.exit(f"error: {exc}")
+    except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
+        log.debug("stage failed", exc_info=True)
+        sys.exit(f"error: {' '.join(str(exc).split())}")

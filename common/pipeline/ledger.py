@@ -1,0 +1,227 @@
+"""The cost and latency ledger of a run, and its online efficiency (the paper's Table 3).
+
+Everything is read back from the per-row call records the stages wrote (``llm_calls`` in 02,
+03, 05 and 06 rows, the latter for bridge calls; ``usage``/``latency``/``cached`` in 07 and 08
+rows), so the ledger describes the artifacts as they are, whatever number of processes, resumes
+and reruns made them.
+
+    python -m common.pipeline.ledger results/locomo/paper
+
+* Per stage and role: calls, how many were paid in this run and how many came from the cache,
+  failed rows by cause, input and output tokens, latency mean/p50/p95 of paid calls, and the
+  estimated cost from ``configs/prices.yaml`` (paid calls; and what the same calls cost uncached).
+* Per question (Table 3): planning seconds (the 05 calls), retrieval seconds (06, including its
+  bridge calls), generation seconds (07), their sum, and the evidence buffer's tokens (o200k,
+  counted offline).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+import yaml
+
+from common.core import artifacts
+from common.core.config import resolve_path
+from common.core.io import read_jsonl, write_json
+from common.evaluation.scoring import failure_cause
+from common.pipeline.graph import llm_stages
+
+PRICES = "configs/prices.yaml"
+
+
+def load_prices(path: str = PRICES) -> dict[str, Any]:
+    p = resolve_path(path)
+    return yaml.safe_load(p.read_text(encoding="utf-8")) if p.exists() else {"models": {}}
+
+
+def _calls(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Normalise a row's call records: multi-call rows keep a list, single-call rows inline fields."""
+    if "llm_calls" in row:
+        return list(row["llm_calls"])
+    if row.get("cache_key"):
+        return [{"model": row.get("model") or row.get("judge_model"), "usage": row.get("usage") or {},
+                 "latency": row.get("latency", 0.0), "cached": bool(row.get("cached", False))}]
+    return []
+
+
+def _row_failure(row: dict[str, Any]) -> str:
+    """The failure cause of a row, '' if it did not fail.
+
+    Judge rows use the causes of ``metrics.json`` (``common.evaluation.scoring``) so both files count the same
+    failures the same way; other rows use the ``<cause>`` head of their ``<cause>: <detail>`` error
+    (02/03/05 rows that fell back, 07 rows without an answer).
+    """
+    if "label" in row:
+        return failure_cause(row)
+    if row.get("fallback_used"):
+        return _head(row.get("error") or row.get("fallback_error") or "")
+    if "answer" in row and (row["answer"] is None or row.get("error")):
+        return _head(row.get("error") or "")
+    return ""
+
+
+def _head(error: str) -> str:
+    return error.split(":")[0].strip() or "unknown"
+
+
+def _percentile(values: list[float], q: float) -> Optional[float]:
+    return round(float(np.percentile(values, q)), 4) if values else None
+
+
+def cost(model: str, prompt_tokens: int, completion_tokens: int, prices: dict[str, Any]) -> Optional[float]:
+    p = prices.get("models", {}).get(model)
+    if p is None:
+        return None
+    return (prompt_tokens * p.get("input", 0.0) + completion_tokens * p.get("output", 0.0)) / 1e6
+
+
+def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[str, Any]) -> dict[str, Any]:
+    calls = [c for r in rows for c in _calls(r)]
+    paid = [c for c in calls if not c.get("cached")]
+    failures: dict[str, int] = defaultdict(int)
+    for r in rows:
+        cause = _row_failure(r)
+        if cause:
+            failures[cause] += 1
+
+    def tokens(cs: Iterable[dict[str, Any]], key: str) -> int:
+        return int(sum((c.get("usage") or {}).get(key, 0) for c in cs))
+
+    lat = [float(c.get("latency") or 0.0) for c in paid]
+    models = sorted({str(c.get("model")) for c in calls if c.get("model")})
+    entry: dict[str, Any] = {
+        "stage": stage, "role": role, "models": models, "rows": len(rows), "calls": len(calls),
+        "paid": len(paid), "cached": len(calls) - len(paid), "failed_rows": dict(failures),
+        "prompt_tokens": tokens(calls, "prompt_tokens"), "completion_tokens": tokens(calls, "completion_tokens"),
+        "paid_prompt_tokens": tokens(paid, "prompt_tokens"),
+        "paid_completion_tokens": tokens(paid, "completion_tokens"),
+        "latency_mean": round(float(np.mean(lat)), 4) if lat else None,
+        "latency_p50": _percentile(lat, 50), "latency_p95": _percentile(lat, 95),
+    }
+    paid_cost = total_cost = 0.0
+    unpriced = set()
+    for c in calls:
+        u = c.get("usage") or {}
+        v = cost(str(c.get("model")), u.get("prompt_tokens", 0), u.get("completion_tokens", 0), prices)
+        if v is None:
+            unpriced.add(str(c.get("model")))
+            continue
+        total_cost += v
+        if not c.get("cached"):
+            paid_cost += v
+    entry.update(cost_paid_usd=round(paid_cost, 6), cost_uncached_usd=round(total_cost, 6),
+                 unpriced_models=sorted(unpriced))
+    return entry
+
+
+def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Every LLM stage's entry plus totals; missing stage files are listed, not guessed."""
+    prices = prices if prices is not None else load_prices()
+    entries, missing = [], []
+    # (stage, file, role) for every LLM stage of the graph; a judge stage has one file per judge.
+    files: list[tuple[str, Path, str]] = []
+    for node in llm_stages():
+        if node.writes == ("judge",):
+            files += [(f"{node.id}_{j}", artifacts.judge_path(run_dir, j), str(node.role))
+                      for j in artifacts.judges(run_dir)]
+        else:
+            files.append((node.id, artifacts.path(run_dir, node.writes[0]), str(node.role)))
+    for stage, path, role in files:
+        if not path.exists():
+            missing.append(path.name)
+            continue
+        entries.append(stage_entry(stage, role, read_jsonl(path), prices))
+    total = {k: sum(e[k] for e in entries) for k in ("calls", "paid", "cached", "prompt_tokens", "completion_tokens",
+                                                      "paid_prompt_tokens", "paid_completion_tokens")}
+    total["cost_paid_usd"] = round(sum(e["cost_paid_usd"] for e in entries), 6)
+    total["cost_uncached_usd"] = round(sum(e["cost_uncached_usd"] for e in entries), 6)
+    return {"stages": entries, "total": total, "missing_files": missing,
+            "prices": {"file": PRICES, "date": prices.get("date"), "source": prices.get("source")}}
+
+
+def efficiency(run_dir: Path, qids: Optional[set[str]] = None) -> dict[str, Any]:
+    """Table 3 per question and its means: plan, retrieval and generation seconds, buffer tokens.
+
+    Latencies of calls served from the cache are the ORIGINAL call's latency when the cache kept
+    it, else 0; ``cached_calls`` says how many calls that concerns.
+    """
+    plans = {r["qid"]: r for r in read_jsonl(artifacts.path(run_dir, "plans"), missing_ok=True)}
+    rets = {r["qid"]: r for r in read_jsonl(artifacts.path(run_dir, "retrievals"))}
+    answers = {r["qid"]: r for r in read_jsonl(artifacts.path(run_dir, "answers"))}
+    per_q, cached = [], 0
+    for qid, ret in rets.items():
+        if qids is not None and qid not in qids:
+            continue
+        plan_calls = plans.get(qid, {}).get("llm_calls", [])
+        ans = answers.get(qid, {})
+        cached += sum(bool(c.get("cached")) for c in plan_calls + ret.get("llm_calls", [])) + bool(ans.get("cached"))
+        plan_s = float(sum(c.get("latency") or 0.0 for c in plan_calls))
+        gen_s = float(ans.get("latency") or 0.0)
+        ret_s = float(ret.get("seconds") or 0.0)
+        per_q.append({"qid": qid, "plan_s": round(plan_s, 4), "retrieval_s": round(ret_s, 4),
+                      "generation_s": round(gen_s, 4), "end_to_end_s": round(plan_s + ret_s + gen_s, 4),
+                      "context_tokens": int(ret.get("buffer_tokens") or 0)})
+    keys = ("plan_s", "retrieval_s", "generation_s", "end_to_end_s", "context_tokens")
+    means = {k: round(float(np.mean([q[k] for q in per_q])), 4) if per_q else None for k in keys}
+    return {"n": len(per_q), "mean": means, "cached_calls": cached,
+            "p50": {k: _percentile([q[k] for q in per_q], 50) for k in keys},
+            "p95": {k: _percentile([q[k] for q in per_q], 95) for k in keys}, "per_question": per_q}
+
+
+def markdown(led: dict[str, Any], eff: Optional[dict[str, Any]] = None) -> str:
+    head = ("| stage | role | models | calls | paid | cached | failed rows | in tok | out tok | "
+            "lat mean | p50 | p95 | cost paid $ | cost uncached $ |")
+    lines = [f"LLM ledger (prices: {led['prices']['file']}, dated {led['prices']['date']})", "", head,
+             "|" + "---|" * 14]
+    for e in led["stages"] + [{"stage": "total", "role": "", "models": [], "rows": 0, "failed_rows": {},
+                                "latency_mean": None, "latency_p50": None, "latency_p95": None, **led["total"]}]:
+        fails = ", ".join(f"{k} {v}" for k, v in e["failed_rows"].items()) or "0"
+        f = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
+        lines.append(f"| {e['stage']} | {e['role']} | {', '.join(e['models'])} | {e['calls']} | {e['paid']} | "
+                     f"{e['cached']} | {fails} | {e['prompt_tokens']} | {e['completion_tokens']} | "
+                     f"{f(e['latency_mean'])} | {f(e['latency_p50'])} | {f(e['latency_p95'])} | "
+                     f"{e['cost_paid_usd']:.4f} | {e['cost_uncached_usd']:.4f} |")
+    if led["missing_files"]:
+        lines.append(f"\nNot in this run: {', '.join(led['missing_files'])}")
+    if eff and eff["n"]:
+        m = eff["mean"]
+        lines += ["", f"Online efficiency per question (means over {eff['n']} questions; "
+                      f"{eff['cached_calls']} calls served from the cache)", "",
+                  "| plan s | retrieval s | generation s | end-to-end s | context tokens |", "|---|---|---|---|---|",
+                  f"| {m['plan_s']:.3f} | {m['retrieval_s']:.3f} | {m['generation_s']:.3f} | "
+                  f"{m['end_to_end_s']:.3f} | {m['context_tokens']:.0f} |"]
+    return "\n".join(lines) + "\n"
+
+
+def write(run_dir: Path) -> tuple[dict[str, Any], list[Path]]:
+    """ledger.json (with per-question efficiency) and ledger.md in the run directory."""
+    led = ledger(run_dir)
+    have_inputs = artifacts.path(run_dir, "retrievals").exists() and artifacts.path(run_dir, "answers").exists()
+    eff = efficiency(run_dir) if have_inputs else None
+    write_json(run_dir / "ledger.json", {**led, "efficiency": eff})
+    (run_dir / "ledger.md").write_text(markdown(led, eff), encoding="utf-8")
+    return {**led, "efficiency": {k: v for k, v in (eff or {}).items() if k != "per_question"}}, \
+        [run_dir / "ledger.json", run_dir / "ledger.md"]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m common.pipeline.ledger", description=__doc__.split("\n\n")[0])
+    p.add_argument("run_dir")
+    a = p.parse_args(argv)
+    run_dir = Path(a.run_dir)
+    if not run_dir.is_dir():
+        print(f"error: {run_dir}: not a run directory", file=sys.stderr)
+        return 2
+    led = ledger(run_dir)
+    eff = efficiency(run_dir) if (artifacts.path(run_dir, "answers")).exists() else None
+    print(markdown(led, eff), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

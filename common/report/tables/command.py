@@ -1,0 +1,84 @@
+"""The paper's Tables 1, 2, 3, 4 and 10 from the harness's runs (``python -m common.report.tables``).
+
+``main`` builds the wanted tables and writes them with ``common.report.tables.writers``;
+``cli`` is the argument handling and error reporting it shares with ``common.report.figures``.
+The first paragraph above is the ``--help`` description.
+
+    python -m common.report.tables [--results results] [--out results/tables] [--only 1,2,3,4,10] [--subset ...]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from common.core.config import ConfigError, resolve_path
+from common.pipeline import experiments as exp_mod
+from common.report.tables.published import DEFAULT_PUBLISHED, load_published
+from common.report.tables.runs import Context, TableError
+from common.report.tables.table import Table
+from common.report.tables.table1 import table1
+from common.report.tables.table2 import table2
+from common.report.tables.table3 import table3
+from common.report.tables.table4 import table4
+from common.report.tables.table10 import table10
+from common.report.tables.writers import write
+
+DEFAULT_OUT = "results/tables"
+BUILDERS: dict[str, Callable[[Context], Table]] = {"1": table1, "2": table2, "3": table3, "4": table4, "10": table10}
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", default="results", help="results directory holding <benchmark>/<run>/")
+    parser.add_argument("--experiments", default=exp_mod.DEFAULT_PATH, help="the list of runs")
+    parser.add_argument("--published", default=DEFAULT_PUBLISHED, help="the paper's transcribed rows")
+    parser.add_argument("--subset", default=None, help="ablation subset file, or 'all' (default: the configured one)")
+
+
+def context(args: argparse.Namespace) -> Context:
+    return Context(resolve_path(args.results), exp_mod.load(args.experiments), load_published(args.published),
+                   args.subset)
+
+
+def cli(argv: Optional[list[str]], *, prog: str, doc: str, kind: str, default_out: str,
+        builders: dict[str, Callable[[Context, Path, dict[str, Any]], list[Path]]]) -> int:
+    """Shared CLI of ``common.report.tables`` and ``common.report.figures``: build each wanted item, write what can be
+    written, report every failure on its own line, exit 1 if any failed (2 for a bad config)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    add_common_args(parser)
+    parser.add_argument("--out", default=default_out, help=f"where the {kind} files go")
+    parser.add_argument("--only", default=",".join(builders),
+                        help=f"comma-separated {kind} numbers ({','.join(builders)})")
+    args = parser.parse_args(argv)
+    wanted = [t.strip() for t in args.only.split(",") if t.strip()]
+    unknown = [t for t in wanted if t not in builders]
+    if unknown:
+        parser.error(f"--only: unknown {kind}(s) {unknown}; known: {', '.join(builders)}")
+    try:
+        ctx = context(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = resolve_path(args.out)
+    meta = {"generated_by": prog, "results": str(ctx.results), "experiments": str(ctx.exp.source),
+            "published": str(ctx.published.path)}
+    failed = 0
+    for t in wanted:
+        try:
+            paths = builders[t](ctx, out, meta)
+        except (TableError, ConfigError) as exc:
+            failed += 1
+            print(f"{kind} {t}: error: {exc}", file=sys.stderr)
+            continue
+        print(f"{kind} {t}: " + ", ".join(str(p) for p in paths))
+    return 1 if failed else 0
+
+
+def _written(build: Callable[[Context], Table]) -> Callable[[Context, Path, dict[str, Any]], list[Path]]:
+    return lambda ctx, out, meta: write(build(ctx), out, meta)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    return cli(argv, prog="python -m common.report.tables", doc=__doc__ or "", kind="table", default_out=DEFAULT_OUT,
+               builders={t: _written(b) for t, b in BUILDERS.items()})

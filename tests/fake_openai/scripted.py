@@ -1,0 +1,308 @@
+"""The fake server's scripted replies: one deterministic, schema-valid reply per prompt kind.
+
+A chat request's kind comes from its ``X-Prompt-Id`` header (the id of the template in
+``common/prompts/`` that produced the messages) through ``PROMPT_KINDS``; the reply is derived only
+from the prompt text, so runs are reproducible. Embeddings are deterministic unit vectors.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import struct
+from typing import Any, Optional
+
+FAKE_MODEL = "fake-model"
+EMBEDDING_DIM = 32
+PROMPT_ID_HEADER = "X-Prompt-Id"
+
+# --------------------------------------------------------------------------- prompt kinds
+# Prompt id (the file stem in common/prompts/ the caller passed to LLMClient.complete) -> the kind
+# of scripted reply. Only the ids the harness sends are listed: the user template of each call
+# (system templates and granularity_* snippets are parts of those calls, never sent as their id).
+PROMPT_KINDS: dict[str, str] = {
+    "partition_user": "partition",
+    "partition_repair_user": "partition_repair",
+    "extract_user": "extract",
+    "extract_repair_user": "extract_repair",
+    "plan_user": "plan",
+    "plan_repair_user": "plan_repair",
+    "bridge_user": "bridge",
+    "bridge_repair_user": "bridge_repair",
+    "answer_user": "answer",
+    "answer_baseline_user": "answer",  # baselines: same rules, no plan
+    "answer_closed_book_user": "answer",  # closed-book baseline (no_memory)
+    "judge_locomo_mem0": "judge_locomo",
+    "judge_locomo_paper": "judge_locomo",
+    # The official LongMemEval checker templates all end by asking for yes or no.
+    "judge_lme_default": "judge_lme",
+    "judge_lme_temporal": "judge_lme",
+    "judge_lme_knowledge_update": "judge_lme",
+    "judge_lme_preference": "judge_lme",
+    "judge_lme_abstention": "judge_lme",
+}
+CHAT_KINDS = frozenset(PROMPT_KINDS.values())
+UNKNOWN_KIND = "unknown"
+EMBEDDINGS_KIND = "embeddings"
+
+
+def kind_for_prompt_id(prompt_id: Optional[str]) -> str:
+    """The prompt kind of a chat request's ``X-Prompt-Id`` value; ``UNKNOWN_KIND`` when the header
+    is missing or names no known prompt."""
+    return PROMPT_KINDS.get((prompt_id or "").strip(), UNKNOWN_KIND)
+
+
+# --------------------------------------------------------------------------- prompt parsing
+TURN_RE = re.compile(r"^\[([^\]\n]+)\] ([^:\n]+?): ?(.*)$")
+QUESTION_RE = re.compile(r"^Question:[ \t]*(.*)$", re.MULTILINE)
+WORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9'-]*")
+
+QUESTION_WORDS = frozenset(
+    "what when who whom whose where why how which did does do is are was were would will "
+    "could can should shall has have had may might".split()
+)
+STOPWORDS = QUESTION_WORDS | frozenset(
+    """a an the and or but if then than so of to in on at by for with from about into over under
+    after before between through during without within as it its it's this that these those there
+    here i i'm i've i'd me my mine we us our you your yours he him his she her hers they them their
+    theirs be been being am not no yes just also very really too some any all each every more most
+    much many few lot lots one ones get got go going gone went make made like well oh hey hi hello
+    thanks thank yeah okay ok sure what's that's don't didn't can't won't isn't aren't wasn't
+    weren't doesn't i'll you're we're they're let's up out off again still even only ever never""".split()
+)
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def prompt_text(messages: list[dict[str, Any]]) -> str:
+    """All message contents, concatenated with newlines."""
+    return "\n".join(_message_text(m) for m in messages if isinstance(m, dict))
+
+
+def parse_turns(text: str) -> list[tuple[str, str, str]]:
+    """``(dia_id, speaker, text)`` for every ``[id] speaker: text`` line, first occurrence of each id."""
+    seen: set[str] = set()
+    turns = []
+    for line in text.splitlines():
+        m = TURN_RE.match(line)
+        if not m:
+            continue
+        dia_id, speaker, body = m.group(1), m.group(2).strip(), m.group(3).strip()
+        if dia_id in seen:
+            continue
+        seen.add(dia_id)
+        turns.append((dia_id, speaker, body))
+    return turns
+
+
+def parse_question(text: str) -> str:
+    m = QUESTION_RE.search(text)
+    return m.group(1).strip() if m else ""
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip("'-") for w in WORD_RE.findall(text) if w.strip("'-")]
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in _words(text) if w.lower() not in STOPWORDS]
+
+
+def _strip_possessive(word: str) -> str:
+    return word[:-2] if word.lower().endswith("'s") else word
+
+
+def approx_tokens(text: str) -> int:
+    return len(text.split())
+
+
+# --------------------------------------------------------------------------- scripted replies
+def reply_partition(text: str) -> dict[str, Any]:
+    turns = parse_turns(text)
+    segments = []
+    for n, start in enumerate(range(0, len(turns), 4), start=1):
+        chunk = turns[start:start + 4]
+        segments.append({
+            "start_dia_id": chunk[0][0],
+            "end_dia_id": chunk[-1][0],
+            "theme": f"theme {n}",
+            "theme_type": "topic",
+            "theme_description": f"Turns {chunk[0][0]} to {chunk[-1][0]} ({len(chunk)} turns).",
+            "boundary_reason": "session_start" if n == 1 else "semantic shift",
+        })
+    return {"segments": segments}
+
+
+def _property_and_value(body: str) -> tuple[str, str]:
+    words = content_words(body)
+    long_idx = [i for i, w in enumerate(words) if len(w) > 4]
+    if not long_idx:
+        return "say", " ".join(w.lower() for w in words[:3]) or body[:40]
+    # Longest qualifying word; the earliest one wins ties.
+    best = max(long_idx, key=lambda i: (len(words[i]), -i))
+    value_words = words[best + 1:best + 4] or words[max(0, best - 3):best] or [words[best]]
+    return words[best].lower(), " ".join(value_words)
+
+
+def reply_extract(text: str) -> dict[str, Any]:
+    records = []
+    for dia_id, speaker, body in parse_turns(text):
+        prop, value = _property_and_value(body)
+        records.append({
+            "entity": speaker,
+            "entity_type": "person",
+            "property": prop,
+            "value": value,
+            "condition_property": "",
+            "condition_value": "",
+            "property_kind": "relation",
+            "modality": "observed",
+            "valid_time": "",
+            "source": speaker,
+            "evidence_dia_ids": [dia_id],
+            "projection_kind": "direct",
+            "confidence": 0.9,
+        })
+    return {"records": records}
+
+
+def plan_entity_property(question: str) -> tuple[str, str]:
+    """Entity = first capitalised non-question word; property = longest other content word."""
+    entity = "user"
+    for w in _words(question):
+        base = _strip_possessive(w)
+        if base[:1].isupper() and base.lower() not in QUESTION_WORDS and base != "I":
+            entity = base
+            break
+    candidates = [
+        _strip_possessive(w).lower() for w in content_words(question)
+        if _strip_possessive(w) != entity
+    ]
+    if not candidates:
+        return entity, "value"
+    prop = max(enumerate(candidates), key=lambda iw: (len(iw[1]), -iw[0]))[1]
+    return entity, prop
+
+
+POSSESSIVE_RE = re.compile(r"\b([A-Z][a-z]+)'s ([a-z]+)\b")
+EPISODE_ID_RE = re.compile(r"^### Episode (\S+) \|", re.MULTILINE)
+
+
+def reply_plan(text: str) -> dict[str, Any]:
+    question = parse_question(text)
+    entity, prop = plan_entity_property(question)
+    low = question.lower()
+    aggregation = "how many" in low or "what are" in low
+    bridged = POSSESSIVE_RE.search(question)
+    if bridged and not aggregation:
+        return _bridged_plan(question, bridged.group(1), bridged.group(2))
+    return {
+        "answer_target": {"type": "value", "description": f"The {prop} asked about for {entity}."},
+        "reasoning_type": "aggregation" if aggregation else "direct",
+        "retrieval_scope": "all_matching" if aggregation else "point",
+        "required_properties": [{
+            "entity": entity,
+            "entity_type": "person",
+            "broad_property": prop,
+            "property_text": prop,
+            "value": "",
+            "role": "answer_property",
+        }],
+        "hops": [{
+            "hop_id": "h1",
+            "purpose": f"Find the {prop} of {entity}.",
+            "anchor": {
+                "entity": entity,
+                "entity_type": "person",
+                "property": prop,
+                "value": "",
+                "condition_property": "",
+                "condition_value": "",
+            },
+            "depends_on": [],
+            "bridge_request": "",
+        }],
+    }
+
+
+def _bridged_plan(question: str, owner: str, relation: str) -> dict[str, Any]:
+    """"Where is Omar's brother visiting from?": h1 finds who Omar's brother is (a declared
+    bridge), h2 searches that person for the asked property."""
+    words = [_strip_possessive(w).lower() for w in content_words(question)]
+    rest = [w for w in words if w not in (owner.lower(), relation)] or ["value"]
+    prop = max(enumerate(rest), key=lambda iw: (len(iw[1]), -iw[0]))[1]
+    anchor = {"entity_type": "person", "value": "", "condition_property": "", "condition_value": ""}
+    return {
+        "answer_target": {"type": "value", "description": f"The {prop} of {owner}'s {relation}."},
+        "reasoning_type": "multi_hop",
+        "retrieval_scope": "point",
+        "required_properties": [{"entity": owner, "entity_type": "person", "broad_property": relation,
+                                 "property_text": relation, "value": "", "role": "relation"}],
+        "hops": [
+            {"hop_id": "h1", "purpose": f"Identify {owner}'s {relation}.",
+             "anchor": {**anchor, "entity": owner, "property": relation},
+             "depends_on": [], "bridge_request": f"the name of {owner}'s {relation}"},
+            {"hop_id": "h2", "purpose": f"Find the {prop} of that person.",
+             "anchor": {**anchor, "entity": "$h1.bridge", "property": prop},
+             "depends_on": ["h1"], "bridge_request": ""},
+        ],
+    }
+
+
+def reply_bridge(text: str) -> dict[str, Any]:
+    """The first capitalised word of the context's first turn, from its first episode."""
+    ids = EPISODE_ID_RE.findall(text)
+    turns = parse_turns(text)
+    names = [w for w in _words(turns[0][2]) if w[:1].isupper() and w.lower() not in STOPWORDS] if turns else []
+    return {"bridge": names[0] if names else "", "supporting_episode_ids": ids[:1] if names else []}
+
+
+def reply_answer(text: str) -> str:
+    turns = parse_turns(text)
+    if not turns:
+        return "Unknown"
+    words = turns[0][2].split()[:6]
+    return " ".join(words) if words else "Unknown"
+
+
+def judge_label(text: str) -> str:
+    return "CORRECT" if hashlib.sha256(text.encode("utf-8")).digest()[0] % 2 == 0 else "WRONG"
+
+
+def scripted_content(kind: str, text: str) -> str:
+    """The normal (unfaulted) message content for a recognised prompt kind."""
+    if kind in ("partition", "partition_repair"):
+        return json.dumps(reply_partition(text))
+    if kind in ("extract", "extract_repair"):
+        return json.dumps(reply_extract(text))
+    if kind in ("plan", "plan_repair"):
+        return json.dumps(reply_plan(text))
+    if kind in ("bridge", "bridge_repair"):
+        return json.dumps(reply_bridge(text))
+    if kind == "answer":
+        return reply_answer(text)
+    if kind == "judge_locomo":
+        return json.dumps({"label": judge_label(text)})
+    if kind == "judge_lme":
+        return "Yes." if judge_label(text) == "CORRECT" else "No."
+    raise ValueError(f"no scripted reply for kind {kind!r}")
+
+
+def embed_text(text: str, dim: int = EMBEDDING_DIM) -> list[float]:
+    """Deterministic unit vector from a hash of ``text``."""
+    raw = b""
+    counter = 0
+    while len(raw) < 4 * dim:
+        raw += hashlib.sha256(f"{counter}\x00{text}".encode("utf-8")).digest()
+        counter += 1
+    vals = [(v / 0xFFFFFFFF) * 2.0 - 1.0 for v in struct.unpack(f"<{dim}I", raw[:4 * dim])]
+    norm = math.sqrt(sum(v * v for v in vals)) or 1.0
+    return [v / norm for v in vals]

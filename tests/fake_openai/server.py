@@ -1,0 +1,478 @@
+"""The fake OpenAI-compatible HTTP server: routing, prompt-kind lookup and fault injection.
+
+The server speaks just enough of the OpenAI HTTP protocol for the official ``openai`` SDK:
+
+* ``GET  /v1/models``            -> one model, ``fake-model``
+* ``POST /v1/chat/completions``  -> a deterministic, schema-valid reply chosen from the prompt kind
+* ``POST /v1/embeddings``        -> deterministic unit vectors (dimension 32 unless ``dimensions``)
+
+The prompt kind of a chat request is read from its ``X-Prompt-Id`` header (the id of the prompt
+template that produced the messages, which ``LLMClient.complete(prompt_id=...)`` sends) through the
+table ``scripted.PROMPT_KINDS``; a request without the header, or with an id not in the table, gets
+a 400 ``unknown_prompt_kind`` that names the header. The message text never decides the kind. A
+``FaultPlan`` injects HTTP errors, slow answers, broken content and broken response bodies so
+retry/repair paths can be tested; ``instrumentation.Instrumentation`` records every request body,
+its headers and what was sent back.
+
+The server binds 127.0.0.1 on an ephemeral port and runs in a daemon thread.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import random
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Optional
+
+from tests.fake_openai.instrumentation import Instrumentation
+from tests.fake_openai.scripted import (
+    CHAT_KINDS,
+    EMBEDDING_DIM,
+    EMBEDDINGS_KIND,
+    FAKE_MODEL,
+    PROMPT_ID_HEADER,
+    UNKNOWN_KIND,
+    approx_tokens,
+    embed_text,
+    kind_for_prompt_id,
+    prompt_text,
+    scripted_content,
+)
+
+# --------------------------------------------------------------------------- faults
+# "401" echoes the key the client presented in its message, as a careless server or proxy may.
+HTTP_FAULTS = frozenset({"429", "500", "503", "400", "401"})
+# A 200 whose message content is broken JSON / cut off / empty (the model's fault, not the server's).
+CONTENT_FAULTS = frozenset({"malformed", "truncated", "empty"})
+# A 200 whose HTTP body itself is broken: cut-off JSON (with a matching Content-Length, as a buggy
+# proxy sends it), an HTML error page, or a JSON object without ``choices``.
+BODY_FAULTS = frozenset({"truncated_body", "html_body", "no_choices"})
+ALL_FAULTS = HTTP_FAULTS | CONTENT_FAULTS | BODY_FAULTS | {"timeout"}
+NO_FAULT = frozenset({"", "ok", "none"})  # script entries that mean "answer normally"
+MALFORMED_CONTENT = "Sure! here it is: {oops"
+
+
+@dataclass
+class FaultPlan:
+    """Which chat requests to break, and how.
+
+    ``script`` gives explicit faults for the first eligible chat requests in arrival order
+    (``"ok"``/``""`` leaves that request alone); after the script is used up, each eligible
+    request is faulted with probability ``rate``, the type drawn from ``types``, both from a
+    ``random.Random(seed)`` so a sequential run is reproducible. ``kinds`` restricts which
+    prompt kinds are eligible (``None`` = every recognised chat kind). Embeddings and
+    unknown-kind requests are never faulted.
+
+    ``keyed=True`` draws each random fault from a hash of (seed, request body, how many times that
+    body was seen before) instead of from the arrival order, so a concurrent run gets the same
+    faults on the same requests every time, and a retry of a faulted request gets a fresh draw.
+
+    ``pinned`` maps a prompt kind to faults for the 1st, 2nd, ... *distinct* request bodies of
+    that kind (in order of first arrival); the fault is repeated on every retry of that body, so
+    ``{"answer": ["500"]}`` makes exactly one answer call fail for good whatever the concurrency.
+    Pinned faults take precedence over ``script`` and ``rate``.
+    """
+
+    rate: float = 0.0
+    script: list[str] = field(default_factory=list)
+    kinds: Optional[set[str]] = None
+    seed: int = 0
+    types: list[str] = field(default_factory=lambda: ["429", "500", "timeout", "malformed", "truncated"])
+    timeout_seconds: float = 2.0
+    keyed: bool = False
+    pinned: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0:
+            raise ValueError(f"FaultPlan.rate must be in [0, 1], got {self.rate}")
+        for name in self.script:
+            if name not in ALL_FAULTS and name.lower() not in NO_FAULT:
+                raise ValueError(f"FaultPlan.script: unknown fault {name!r}")
+        for name in self.types:
+            if name not in ALL_FAULTS:
+                raise ValueError(f"FaultPlan.types: unknown fault {name!r}")
+        if self.rate > 0 and not self.types:
+            raise ValueError("FaultPlan.types must not be empty when rate > 0")
+        for kind, names in self.pinned.items():
+            if kind not in CHAT_KINDS:
+                raise ValueError(f"FaultPlan.pinned: unknown prompt kind {kind!r}")
+            for name in names:
+                if name not in ALL_FAULTS and name.lower() not in NO_FAULT:
+                    raise ValueError(f"FaultPlan.pinned[{kind!r}]: unknown fault {name!r}")
+        if self.kinds is not None:
+            self.kinds = set(self.kinds)
+
+
+def _error_body(message: str, type_: str, code: Optional[str] = None, param: Optional[str] = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def unknown_kind_message(prompt_id: Optional[str]) -> str:
+    """The 400 message for a chat request whose kind is unknown: it names the header to send."""
+    if not prompt_id:
+        return (f"fake-openai: unrecognised prompt kind: the request has no {PROMPT_ID_HEADER} header "
+                "(pass prompt_id= to LLMClient.complete, or send the header with the prompt id).")
+    return (f"fake-openai: unrecognised prompt kind: {PROMPT_ID_HEADER} header {prompt_id!r} is not a known "
+            "prompt id (see tests/fake_openai/scripted.py PROMPT_KINDS).")
+
+
+_HTTP_FAULT_BODIES = {
+    "429": ("Rate limit reached for fake-model (injected fault).", "rate_limit_exceeded", "rate_limit_exceeded"),
+    "500": ("The server had an error while processing your request (injected fault).", "server_error", None),
+    "503": ("The engine is currently overloaded (injected fault).", "server_error", None),
+    "400": ("Invalid request (injected fault).", "invalid_request_error", None),
+    "401": ("Incorrect API key provided: {key} (injected fault).", "invalid_request_error", "invalid_api_key"),
+}
+
+
+# --------------------------------------------------------------------------- server
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
+    server: "_Server"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr logging
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._track(self.connection, add=False)
+
+    # -- plumbing
+    def _send_json(self, status: int, payload: Any, headers: Optional[dict[str, str]] = None,
+                   *, raw: Optional[bytes] = None, content_type: str = "application/json") -> None:
+        body = raw if raw is not None else json.dumps(payload).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, OSError):
+            self.close_connection = True  # the client gave up (e.g. its timeout fired)
+
+    def _read_body(self) -> Optional[Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw.decode("utf-8")) if raw else {}
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+
+    def _path(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/")
+
+    # -- routes
+    def do_GET(self) -> None:  # noqa: N802
+        if self._path() in ("/v1/models", "/models"):
+            self._send_json(200, {"object": "list", "data": [
+                {"id": FAKE_MODEL, "object": "model", "created": 1700000000, "owned_by": "fake-openai"},
+            ]})
+        elif self._path() in (f"/v1/models/{FAKE_MODEL}", f"/models/{FAKE_MODEL}"):
+            self._send_json(200, {"id": FAKE_MODEL, "object": "model", "created": 1700000000,
+                                  "owned_by": "fake-openai"})
+        else:
+            self._send_json(404, _error_body(f"Unknown path {self.path}", "invalid_request_error", "not_found"))
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self._path()
+        if path in ("/v1/chat/completions", "/chat/completions"):
+            route = "chat"
+        elif path in ("/v1/embeddings", "/embeddings"):
+            route = "embeddings"
+        else:
+            self._read_body()
+            self._send_json(404, _error_body(f"Unknown path {self.path}", "invalid_request_error", "not_found"))
+            return
+        body = self._read_body()
+        fake = self.server.fake
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        if not isinstance(body, dict):
+            fake._record({"_invalid_json": True}, "invalid", headers)
+            self._send_json(400, _error_body("Request body is not a JSON object.", "invalid_request_error"))
+            return
+        if route == "embeddings":
+            fake._record(body, EMBEDDINGS_KIND, headers)
+            fake._sleep(fake.latency)
+            self._embeddings(body)
+        else:
+            self._chat(body, headers)
+
+    def _embeddings(self, body: dict[str, Any]) -> None:
+        inp = body.get("input")
+        if isinstance(inp, str):
+            inputs = [inp]
+        elif isinstance(inp, list) and inp and all(isinstance(x, int) for x in inp):
+            inputs = [" ".join(map(str, inp))]  # a single pre-tokenised input
+        elif isinstance(inp, list) and inp:
+            inputs = [x if isinstance(x, str) else " ".join(map(str, x)) for x in inp]
+        else:
+            self._send_json(400, _error_body("'input' must be a non-empty string or list.",
+                                             "invalid_request_error", param="input"))
+            return
+        dim = body.get("dimensions") or EMBEDDING_DIM
+        if not isinstance(dim, int) or dim <= 0:
+            self._send_json(400, _error_body("'dimensions' must be a positive integer.",
+                                             "invalid_request_error", param="dimensions"))
+            return
+        as_b64 = body.get("encoding_format") == "base64"
+        data = []
+        for i, text in enumerate(inputs):
+            vec = embed_text(text, dim)
+            emb: Any = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode("ascii") if as_b64 else vec
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        tokens = sum(approx_tokens(t) for t in inputs)
+        self._send_json(200, {
+            "object": "list",
+            "data": data,
+            "model": body.get("model") or FAKE_MODEL,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        })
+
+    def _chat(self, body: dict[str, Any], headers: dict[str, str]) -> None:
+        fake = self.server.fake
+        started = time.perf_counter()
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            fake._record(body, "invalid", headers)
+            self._send_json(400, _error_body("'messages' must be a non-empty list.",
+                                             "invalid_request_error", param="messages"))
+            return
+        prompt_id = headers.get(PROMPT_ID_HEADER.lower())
+        kind = kind_for_prompt_id(prompt_id)
+        index, fault = fake._record(body, kind, headers)
+        fake._wait_if_held(index)
+        with fake._in_flight_of(kind):
+            fake._sleep(fake.kind_latency.get(kind, fake.latency))
+        if kind == UNKNOWN_KIND:
+            self._send_json(400, _error_body(unknown_kind_message(prompt_id),
+                                             "invalid_request_error", "unknown_prompt_kind", PROMPT_ID_HEADER))
+            return
+        if fault in HTTP_FAULTS:
+            message, type_, code = _HTTP_FAULT_BODIES[fault]
+            message = message.replace("{key}", headers.get("authorization", "").removeprefix("Bearer "))
+            extra = {"retry-after": "0"} if fault == "429" else None
+            fake._reply(index, int(fault), json.dumps(_error_body(message, type_, code)))
+            self._send_json(int(fault), _error_body(message, type_, code), extra)
+            fake._served(index, started)
+            return
+        if fault == "timeout":
+            fake._sleep(fake.faults.timeout_seconds if fake.faults else 2.0)
+        text = prompt_text(messages)
+        content = scripted_content(kind, text)
+        finish_reason = "stop"
+        if fault == "malformed":
+            content = MALFORMED_CONTENT
+        elif fault == "truncated":
+            content, finish_reason = content[: len(content) // 2], "length"  # as when max_tokens cuts a reply
+        elif fault == "empty":
+            content = ""
+        prompt_tokens = approx_tokens(text)
+        completion_tokens = approx_tokens(content)
+        payload = {
+            "id": f"chatcmpl-fake-{index:06d}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or FAKE_MODEL,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        if fault in BODY_FAULTS:
+            fake._reply(index, 200, None)
+            if fault == "truncated_body":
+                full = json.dumps(payload).encode("utf-8")
+                self._send_json(200, None, raw=full[: len(full) // 2])
+            elif fault == "html_body":
+                self._send_json(200, None, raw=b"<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+            else:  # no_choices
+                self._send_json(200, {"id": payload["id"], "object": "chat.completion", "model": payload["model"]})
+            fake._served(index, started)
+            return
+        fake._reply(index, 200, content)
+        self._send_json(200, payload)
+        fake._served(index, started)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    # A client opening llm.concurrency connections at once overflows socketserver's default
+    # backlog of 5; the dropped connects are retried by the kernel after 1 s.
+    request_queue_size = 128
+    fake: "FakeOpenAI"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up or was killed mid-request resets its connection: expected in
+        # timeout and interruption tests, so no traceback. Anything else is a bug in the fake.
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+            super().handle_error(request, client_address)
+
+
+class FakeOpenAI(Instrumentation):
+    """Scripted OpenAI-compatible server on 127.0.0.1 (see module docstring).
+
+    Usage::
+
+        with FakeOpenAI() as server:
+            client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+            client.chat.completions.create(..., extra_headers={"X-Prompt-Id": "plan_user"})
+    """
+
+    def __init__(self, *, faults: Optional[FaultPlan] = None, latency: float = 0.0,
+                 kind_latency: Optional[dict[str, float]] = None) -> None:
+        super().__init__()  # the request log, counters and ``_lock``
+        self.faults = faults
+        self.latency = float(latency)  # seconds each request waits before it is answered
+        self.kind_latency = dict(kind_latency or {})  # prompt kind -> latency, overriding ``latency``
+        self._rng = random.Random(faults.seed if faults else 0)
+        self._eligible_seen = 0
+        self._body_seen: Counter[str] = Counter()  # canonical body -> arrivals so far
+        self._hold_from: Optional[int] = None  # chat requests from this index on wait for release
+        self._released = threading.Event()
+        self._released.set()
+        self._pinned_bodies: dict[str, list[str]] = {}  # kind -> distinct bodies, first-arrival order
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._server: Optional[_Server] = None
+        self._thread: Optional[threading.Thread] = None
+        self.base_url = ""
+
+    # -- lifecycle
+    def start(self) -> "FakeOpenAI":
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.fake = self
+        self._server = server
+        host, port = server.server_address[:2]
+        if isinstance(host, bytes):
+            host = host.decode()
+        self.base_url = f"http://{host}:{port}/v1"
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-openai", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._stopping.set()  # wakes handlers sleeping for latency / timeout faults
+        self._server.shutdown()
+        self._server.server_close()
+        with self._lock:  # unblock handlers waiting on idle keep-alive connections
+            open_conns = list(self._connections)
+        for conn in open_conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> "FakeOpenAI":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- control
+    def hold_from(self, index: Optional[int]) -> None:
+        """Hold the replies to chat requests numbered ``index`` and later (0-based, counting every
+        request) until ``hold_from(None)`` or ``stop()``: a test can then kill a client while it
+        has calls in flight, at an exact point."""
+        with self._lock:
+            self._hold_from = index
+            if index is None:
+                self._released.set()
+            else:
+                self._released.clear()
+
+    # -- internals (called from handler threads)
+    def _wait_if_held(self, index: int) -> None:
+        with self._lock:
+            held = self._hold_from is not None and index >= self._hold_from
+        while held and not self._released.wait(0.05) and not self._stopping.is_set():
+            pass
+
+    def _track(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+    def _record(self, body: dict[str, Any], kind: str,
+                headers: Optional[dict[str, str]] = None) -> tuple[int, Optional[str]]:
+        """Append the request and decide its fault atomically, so arrival order fixes both."""
+        with self._lock:
+            index = self._log_request_locked(body, kind, headers)
+            canonical = json.dumps(body, sort_keys=True, ensure_ascii=False)
+            seen = self._body_seen[canonical]
+            self._body_seen[canonical] += 1
+            fault = self._choose_fault(kind, canonical, seen)
+            if fault is not None:
+                self._log_fault_locked(index, kind, fault)
+            return index, fault
+
+    def _choose_fault(self, kind: str, canonical: str, seen: int) -> Optional[str]:
+        plan = self.faults
+        if plan is None or kind not in CHAT_KINDS:
+            return None
+        if plan.kinds is not None and kind not in plan.kinds:
+            return None
+        if kind in plan.pinned:
+            bodies = self._pinned_bodies.setdefault(kind, [])
+            if canonical not in bodies:
+                bodies.append(canonical)
+            n = bodies.index(canonical)
+            if n < len(plan.pinned[kind]):
+                name = plan.pinned[kind][n]
+                return None if name.lower() in NO_FAULT else name
+        n = self._eligible_seen
+        self._eligible_seen += 1
+        if n < len(plan.script):
+            name = plan.script[n]
+            return None if name.lower() in NO_FAULT else name
+        if plan.rate <= 0:
+            return None
+        if plan.keyed:
+            digest = hashlib.sha256(f"{plan.seed}\x00{seen}\x00{canonical}".encode("utf-8")).digest()
+            hit = int.from_bytes(digest[:8], "big") / 2**64 < plan.rate
+            return plan.types[int.from_bytes(digest[8:16], "big") % len(plan.types)] if hit else None
+        # Always draw both numbers so the sequence does not depend on earlier outcomes.
+        hit = self._rng.random() < plan.rate
+        choice = self._rng.choice(plan.types)
+        return choice if hit else None

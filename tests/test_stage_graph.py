@@ -1,0 +1,171 @@
+"""The stage graph (``common.pipeline.graph``) is the one declaration every consumer reads."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from common.core import artifacts
+from common.core.io import read_jsonl
+from common.core.schema import to_dict
+from common.pipeline import engine, graph, ledger
+from common.pipeline.engine import Run, digest, load_questions, run_rows
+from common.pipeline.graph import STAGES, Stage
+from tests.conftest import REPO, STAGE_ORDER, TINY_LOCOMO, run_overrides
+
+
+def test_stages_are_numbered_in_order_and_resolve():
+    assert [s.number for s in STAGES] == list(range(1, len(STAGES) + 1))
+    assert len({s.id for s in STAGES}) == len(STAGES)
+    for s in STAGES:
+        assert callable(s.resolve()), s.id
+        for name in s.reads + s.writes:
+            assert name in artifacts.ARTIFACTS, f"{s.id}: {name} is not an artifact of common.core.artifacts"
+    assert STAGE_ORDER == [s.name for s in STAGES]
+
+
+def test_every_artifact_is_written_by_exactly_one_stage():
+    writers = [a for s in STAGES for a in s.writes]
+    assert sorted(writers) == sorted(set(writers))
+    assert set(writers) == set(artifacts.ARTIFACTS)
+
+
+def test_reads_come_from_earlier_stages():
+    written: set[str] = set()
+    for s in STAGES:
+        assert set(s.reads) <= written, f"{s.id} reads {set(s.reads) - written} before any stage writes it"
+        written.update(s.writes)
+
+
+def test_gold_is_declared_only_where_it_may_be_read():
+    for s in STAGES:
+        gold_inputs = [a for a in s.reads if artifacts.ARTIFACTS[a].gold]
+        if s.reads_gold == "no":
+            assert not gold_inputs, f"{s.id} declares no gold access but reads {gold_inputs}"
+    method = [s for s in STAGES if 2 <= s.number <= 7]
+    assert all(s.reads_gold in ("no", "oracle") for s in method)
+
+
+@pytest.mark.parametrize("folder", ["LoCoMo", "LongMemEval"])
+def test_numbered_scripts_follow_the_graph(folder):
+    scripts = sorted(p.stem for p in (REPO / folder).glob("[0-9][0-9]_*.py"))
+    assert [s for s in scripts if not s.startswith("10_")] == [s.id for s in STAGES]
+    for s in STAGES:
+        path = REPO / folder / f"{s.id}.py"
+        text = path.read_text(encoding="utf-8")
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        assert graph.script_header(s, folder).strip() in doc, f"{path.name}: docstring out of date with the graph"
+        assert f'engine.main("{s.id}"' in text
+
+
+def test_write_scripts_creates_only_missing_scripts(tmp_path):
+    toy = Stage(10, "wordcount", "x:y", reads=("answers",), writes=("10_wordcount.jsonl",), summary="count words")
+    (tmp_path / "LoCoMo").mkdir()
+    (tmp_path / "LongMemEval").mkdir()
+    (tmp_path / "LoCoMo" / "10_wordcount.py").write_text("kept\n")
+    made = graph.write_scripts(tmp_path, (toy,))
+    assert made == [tmp_path / "LongMemEval" / "10_wordcount.py"]
+    assert (tmp_path / "LoCoMo" / "10_wordcount.py").read_text() == "kept\n"
+    text = made[0].read_text()
+    assert "Reads: 07_answer.jsonl" in text and "Writes: 10_wordcount.jsonl" in text
+    compile(text, str(made[0]), "exec")
+
+
+def test_makefile_reads_the_stage_list_from_the_graph():
+    out = subprocess.run(["make", "-s", "-n", "locomo", f"PY={sys.executable}"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert all(s.id in out.stdout for s in STAGES)
+    bad = subprocess.run(["make", "-s", "-n", "locomo-03_nosuch", f"PY={sys.executable}"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "no stage '03_nosuch'" in bad.stderr
+
+
+def test_readme_artifact_table_matches_the_artifacts():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("<!-- artifacts:start -->")[1].split("<!-- artifacts:end -->")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    files = [r.split("`")[1] for r in rows]
+    assert files == [a.file for a in artifacts.ARTIFACTS.values()]
+    writer = {a: s.id for s in STAGES for a in s.writes}
+    for row, a in zip(rows, artifacts.ARTIFACTS.values()):
+        assert f"| {writer[a.name]} |" in row, f"README row for {a.file} must name the stage {writer[a.name]}"
+        assert a.description in row, f"README row for {a.file} must carry its description"
+
+
+def test_legacy_file_names_are_read_and_resumed_in_place(tmp_path):
+    (tmp_path / "07_answers.jsonl").write_text('{"qid": "q1"}\n')
+    assert artifacts.path(tmp_path, "answers") == tmp_path / "07_answers.jsonl"
+    assert artifacts.path(tmp_path, "plans") == tmp_path / "05_plan.jsonl"
+    (tmp_path / "07_answer.jsonl").write_text('{"qid": "q1"}\n')
+    assert artifacts.path(tmp_path, "answers") == tmp_path / "07_answer.jsonl"  # the current name wins
+
+
+# ----------------------------------------------------------------------------- a toy stage, end to end
+@dataclasses.dataclass
+class WordCount:
+    qid: str
+    words: int
+    input_digest: str = ""
+
+
+def wordcount(run: Run) -> None:
+    """Count the words of each answer: reads 07's artifact, writes its own, resumable."""
+    answers = {r["qid"]: r for r in read_jsonl(run.path("answers"))}
+    questions = load_questions(run)
+    run_rows(run, TOY.id, run.path(TOY.writes[0]), "qid", questions, lambda q: q.qid,
+             lambda q: WordCount(q.qid, len((answers[q.qid].get("answer") or "").split())),
+             None, [run.path("answers")], lambda r: False,
+             digest_fn=lambda q: digest(answers[q.qid].get("answer")))
+
+
+TOY = Stage(10, "wordcount", wordcount, reads=("answers",), writes=("10_wordcount.jsonl",),
+            summary="count the words of each answer")
+
+
+def test_a_toy_stage_registered_in_the_graph_runs_through_the_engine(tmp_path, fake_server, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    from common.core.config import load_config
+
+    cfg = load_config(["configs/locomo.yaml"], run_overrides(tmp_path, TINY_LOCOMO))
+    run = Run(cfg, progress=False)
+    engine.run_pipeline(run, STAGES + (TOY,))
+    out = read_jsonl(run.path("10_wordcount.jsonl"))
+    answers = {r["qid"]: r["answer"] for r in read_jsonl(run.path("answers"))}
+    assert [r["qid"] for r in out] == list(answers)
+    assert all(r["words"] == len((answers[r["qid"]] or "").split()) for r in out)
+    manifest = json.loads(artifacts.manifest_path(run.dir, TOY.id).read_text())
+    assert manifest["rows"] == len(out) and manifest["new_rows"] == len(out)
+    # Resumed: a second run of the toy makes no new row, and nothing upstream is paid again.
+    paid = fake_server.request_count
+    engine.run_stage(run, TOY)
+    manifest = json.loads(artifacts.manifest_path(run.dir, TOY.id).read_text())
+    assert manifest["resumed_rows"] == len(out) and manifest["new_rows"] == 0
+    assert fake_server.request_count == paid
+    # The ledger reads LLM stages from the graph: the toy has no role, so it adds no ledger row.
+    assert TOY.id not in [e["stage"] for e in ledger.ledger(run.dir)["stages"]]
+    assert to_dict(WordCount("q", 1)) == {"qid": "q", "words": 1, "input_digest": ""}
+
+
+def test_a_run_made_with_the_old_file_names_resumes_without_a_call(tmp_path, fake_server, monkeypatch):
+    """Runs made before the stage-named files keep their names and resume in place, paying nothing."""
+    from tests.conftest import run_stages
+
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    sets = run_overrides(tmp_path, TINY_LOCOMO)
+    run = run_stages("configs/locomo.yaml", sets)
+    for name, old in artifacts.LEGACY.items():
+        artifacts.path(run.dir, name).rename(run.dir / old)
+    metrics = json.loads(run.path("metrics").read_text())
+    paid = fake_server.request_count
+    run = run_stages("configs/locomo.yaml", sets)
+    assert fake_server.request_count == paid
+    for name, old in artifacts.LEGACY.items():
+        assert (run.dir / old).exists() and not (run.dir / artifacts.ARTIFACTS[name].file).exists()
+        manifest = [m for m in run.dir.glob("*.manifest.json") if old in m.read_text()]
+        assert manifest, f"no manifest names {old}"
+    assert json.loads(run.path("metrics").read_text())["judges"] == metrics["judges"]
