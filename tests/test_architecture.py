@@ -144,3 +144,13 @@ def test_numbered_scripts_only_reach_the_pipeline(script_dir):
         for target, _, line in imports(path, known):
             assert layer(target) == "pipeline", (f"{path.name}:{line} imports {target}; "
                                                  "scripts go through common.pipeline")
+
+
+def test_readme_layout_lists_every_module():
+    """The README's Layout section is the tree, one line per module."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    listed = {line.split()[0] for line in layout.splitlines() if line.startswith("common/")}
+    missing = [str(p.relative_to(REPO)) for p in sorted(PACKAGE.rglob("*.py"))
+               if p.name not in ("__init__.py", "__main__.py") and str(p.relative_to(REPO)) not in listed]
+    assert not missing, f"README Layout lacks: {missing}"

@@ -53,7 +53,7 @@ def test_gold_is_declared_only_where_it_may_be_read():
 @pytest.mark.parametrize("folder", ["LoCoMo", "LongMemEval"])
 def test_numbered_scripts_follow_the_graph(folder):
     scripts = sorted(p.stem for p in (REPO / folder).glob("[0-9][0-9]_*.py"))
-    assert [s for s in scripts if not s.startswith("10_")] == [s.id for s in STAGES]
+    assert [s for s in scripts if s != "10_ablations"] == [s.id for s in STAGES]  # 10_ablations runs groups
     for s in STAGES:
         path = REPO / folder / f"{s.id}.py"
         text = path.read_text(encoding="utf-8")
