@@ -62,6 +62,10 @@ from common.pipeline.engine import (
     summary_line,
     uses_memory_index,
 )
+from common.pipeline.graph import STAGES
+
+# Manifest and summary names come from the graph: a stage's id is declared there only.
+ID = {s.name: s.id for s in STAGES}
 
 
 # ----------------------------------------------------------------------------- 01
@@ -76,24 +80,24 @@ def preprocess(run: Run) -> None:
     write_jsonl(outs[2], (to_dict(g) for g in data.gold))
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
-    manifest(run, "01_preprocess", inputs=[src], outputs=outs, rows=len(data.questions),
+    manifest(run, ID["preprocess"], inputs=[src], outputs=outs, rows=len(data.questions),
                    started=started, extra={"source": str(src), "fingerprint": run_fp,
                                            "subset": str(subset.path) if subset else None,
                                            "memories": len({s.memory_id for s in data.sessions}),
                                            "sessions": len(data.sessions), "turns": n_turns})
-    print(f"01_preprocess: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
+    print(f"{ID['preprocess']}: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
           f"{n_turns} turns, {len(data.questions)} questions -> {run.dir}", flush=True)
 
 
 # ----------------------------------------------------------------------------- 02
 def episodes(run: Run) -> None:
     check_protocol(run)
-    if skipped(run, "02_episodes"):
+    if skipped(run, ID["episodes"]):
         return
     sessions = load_sessions(run)
     cfg = run.cfg.episodes
     rep_of = representatives(sessions)
-    run_rows_deduplicated(run, "02_episodes", run.path("episodes"), "session_key", sessions, lambda s: s.key, rep_of,
+    run_rows_deduplicated(run, ID["episodes"], run.path("episodes"), "session_key", sessions, lambda s: s.key, rep_of,
               lambda s: episodes_mod.partition_session(run.llm, s, cfg.mode, cfg.include_images),
               rebase_partition, "partition", [run.path("sessions")], lambda r: r["fallback_used"])
 
@@ -101,7 +105,7 @@ def episodes(run: Run) -> None:
 # ----------------------------------------------------------------------------- 03
 def extract(run: Run) -> None:
     check_protocol(run)
-    if skipped(run, "03_extract"):
+    if skipped(run, ID["extract"]):
         return
     views = load_views(run)
     rows = [from_dict(PartitionRow, r) for r in read_jsonl(run.path("episodes"))]
@@ -112,7 +116,7 @@ def extract(run: Run) -> None:
     rep_of = {e.episode_id: by_session[rep_session[f"{e.memory_id}::{e.session_id}"].key][i]
               for r in rows for i, e in enumerate(r.episodes)}
     g, imgs = run.cfg.extract.granularity, run.cfg.episodes.include_images
-    run_rows_deduplicated(run, "03_extract", run.path("records"), "episode_id", eps, lambda e: e.episode_id, rep_of,
+    run_rows_deduplicated(run, ID["extract"], run.path("records"), "episode_id", eps, lambda e: e.episode_id, rep_of,
               lambda e: extract_mod.extract_episode(run.llm, views[e.memory_id], e, g, imgs),
               rebase_records, "extract", [run.path("episodes")], lambda r: r["fallback_used"],
               digest_fn=lambda e: digest(to_dict(e)))
@@ -121,7 +125,7 @@ def extract(run: Run) -> None:
 # ----------------------------------------------------------------------------- 04
 def index(run: Run) -> None:
     check_protocol(run)
-    if skipped(run, "04_index"):
+    if skipped(run, ID["index"]):
         return
     started = time.time()
     views = load_views(run)
@@ -139,7 +143,7 @@ def index(run: Run) -> None:
     rows, reused = [], 0
     for mid in views:
         fp = index_fingerprint(eps_by[mid], recs_by[mid], settings)
-        directory = run.dir / "04_index" / mid
+        directory = run.dir / ID["index"] / mid
         if old.get(mid, {}).get("fingerprint") == fp and (directory / "embeddings.npz").exists():
             rows.append(old[mid])
             reused += 1
@@ -152,22 +156,22 @@ def index(run: Run) -> None:
                      "episodes": len(idx.episodes), "records": len(idx.records), "chunks": len(idx.chunk_episode),
                      "properties": len(idx.vocabulary), "embedding_model": idx.embedding_model})
     write_jsonl(out, rows)
-    manifest(run, "04_index", inputs=[run.path("episodes"), run.path("records")], outputs=[out],
+    manifest(run, ID["index"], inputs=[run.path("episodes"), run.path("records")], outputs=[out],
                    rows=len(rows), started=started, extra={"embedding_model": emb.model_id})
-    summary_line("04_index", rows, reused, len(rows) - reused, 0, out, started)
+    summary_line(ID["index"], rows, reused, len(rows) - reused, 0, out, started)
 
 
 # ----------------------------------------------------------------------------- 05
 def plan(run: Run) -> None:
     check_protocol(run)
-    if skipped(run, "05_plan"):
+    if skipped(run, ID["plan"]):
         return
     questions = load_questions(run)
     vocab = {}
     for r in read_jsonl(run.path("index")):
         vocab[r["memory_id"]] = json.loads((run.dir / r["path"] / "vocabulary.json").read_text(encoding="utf-8"))
     g, vmax = run.cfg.extract.granularity, run.cfg.plan.vocabulary_max
-    run_rows(run, "05_plan", run.path("plans"), "qid", questions, lambda q: q.qid,
+    run_rows(run, ID["plan"], run.path("plans"), "qid", questions, lambda q: q.qid,
                lambda q: plan_mod.plan_question(run.llm, q, vocab.get(q.memory_id, {}),
                                                 granularity=g, vocabulary_max=vmax),
                "plan", [run.path("questions"), run.path("index")], lambda r: r["fallback_used"],
@@ -272,7 +276,7 @@ def retrieve(run: Run) -> None:
             client = _CallsOutsideLock(run.llm, lock) if how.bridge_role else None
             return how.make(q, loaded["embedder"], client)
 
-    run_rows(run, "06_retrieve", run.path("retrievals"), "qid", questions, lambda q: q.qid, work,
+    run_rows(run, ID["retrieve"], run.path("retrievals"), "qid", questions, lambda q: q.qid, work,
                how.bridge_role, how.inputs, lambda r: r.get("fallback_used", False),
                digest_fn=lambda q: how.current.get(q.qid, ""), extra=how.extra)
 
@@ -284,7 +288,7 @@ def answer(run: Run) -> None:
     # Baselines have no plan: the answer stage then uses the plan-free prompt.
     plans = by_qid(read_jsonl(run.path("plans")), PlanRow) if uses_memory_index(run.cfg) else {}
     rets = by_qid(read_jsonl(run.path("retrievals")), RetrievalRow)
-    run_rows(run, "07_answer", run.path("answers"), "qid", questions, lambda q: q.qid,
+    run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
                lambda q: answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
                                                     rets[q.qid]),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
@@ -301,7 +305,7 @@ def judge(run: Run) -> None:
     answers = [from_dict(AnswerRow, r) for r in read_jsonl(run.path("answers"))]
     scored = [a for a in answers if data.is_scored(gold[a.qid])]
     name, prompt_id = run.cfg.judge.name, run.cfg.judge.prompt
-    run_rows(run, f"08_judge_{name}", run.judge_path(), "qid", scored, lambda a: a.qid,
+    run_rows(run, f"{ID['judge']}_{name}", run.judge_path(), "qid", scored, lambda a: a.qid,
              lambda a: scorer.judge(run.llm, name, prompt_id, a, gold[a.qid]),
              "judge", [run.path("answers"), run.path("gold")], lambda r: r["label"] is None,
              digest_fn=lambda a: digest([a.question, a.answer, gold[a.qid].answer]))
@@ -324,11 +328,11 @@ def aggregate(run: Run) -> None:
     metrics["ledger"] = {"total": led["total"], "efficiency": led["efficiency"], "file": "ledger.json"}
     write_json(run.path("metrics"), metrics)
     outs = scorer.write_tables(run, metrics) + ledger_files
-    manifest(run, "09_aggregate", inputs=[run.judge_path(j) for j in judges] + [run.path("answers")],
+    manifest(run, ID["aggregate"], inputs=[run.judge_path(j) for j in judges] + [run.path("answers")],
              outputs=[run.path("metrics"), *outs], rows=len(judges), started=started)
     for path in outs:
         if path.suffix == ".md":
             print(path.read_text(encoding="utf-8"))
     if metrics["coverage"].get("warning"):
         print(f"WARNING: {metrics['coverage']['warning']}", flush=True)
-    print(f"09_aggregate: metrics.json and {len(outs)} tables -> {run.dir}", flush=True)
+    print(f"{ID['aggregate']}: metrics.json and {len(outs)} tables -> {run.dir}", flush=True)
