@@ -53,3 +53,17 @@ def test_make_dry_run_makes_no_request(tmp_path, fake_server):
     assert "| total |" in done.stdout and "Dry run (locomo" in done.stdout
     assert fake_server.request_count == 0
     assert not (tmp_path / "results" / "locomo" / "t").exists()
+
+
+def test_an_llm_stage_of_the_graph_without_an_estimator_is_listed(tmp_path, monkeypatch):
+    """The dry run reads its LLM stages from the graph: a new one is a visible row, never dropped."""
+    from common.pipeline import graph
+
+    toy = graph.Stage(10, "critique", "x:y", reads=("answers",), writes=("10_critique.jsonl",),
+                      summary="a second opinion", role="answer")
+    monkeypatch.setattr(dryrun, "llm_stages", lambda: graph.llm_stages() + [toy])
+    cfg = load_config(["configs/locomo.yaml"], run_overrides(tmp_path, TINY_LOCOMO))
+    row = _stage(dryrun.estimate(cfg), "10_critique")
+    assert row["role"] == "answer" and row["calls"] == 0
+    assert row["basis"] == "no estimator for this stage in common.pipeline.dryrun"
+    assert "10_critique" in dryrun.format_estimate(dryrun.estimate(cfg))

@@ -88,3 +88,18 @@ def test_cache_hits_report_the_original_latency(tmp_path, fake_server):
                                                                  prompt_id="answer_user")
     assert not first.cached and again.cached
     assert again.latency == pytest.approx(first.latency) and first.latency > 0
+
+
+def test_ledger_rows_follow_the_llm_stages_of_the_graph(tmp_path, monkeypatch):
+    """A stage added to the graph with an LLM role gets its ledger row from its own output file."""
+    from common.pipeline import graph
+
+    toy = graph.Stage(10, "critique", "x:y", reads=("answers",), writes=("10_critique.jsonl",),
+                      summary="a second opinion", role="answer")
+    monkeypatch.setattr(ledger, "llm_stages", lambda: graph.llm_stages() + [toy])
+    call = {"model": "m", "usage": {"prompt_tokens": 7, "completion_tokens": 2}, "latency": 0.5, "cached": False}
+    _w(tmp_path / "10_critique.jsonl", [{"qid": "q1", "llm_calls": [call]}, {"qid": "q2", "llm_calls": [call]}])
+    led = ledger.ledger(tmp_path, prices={"models": {}})
+    entry = next(e for e in led["stages"] if e["stage"] == "10_critique")
+    assert (entry["role"], entry["rows"], entry["calls"], entry["prompt_tokens"]) == ("answer", 2, 2, 14)
+    assert "07_answer.jsonl" in led["missing_files"]  # graph stages without their file are listed

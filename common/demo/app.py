@@ -150,10 +150,8 @@ def stage_counts(run_dir: Path, judge: str) -> list[dict[str, Any]]:
     for node in llm_stages():
         if not node.role_required:  # 06: bridge calls only when a plan declares one; its rows are retrievals
             continue
-        stage = f"{node.id}_{judge}" if node.writes == ("judge",) else node.id
-        path = (artifacts.judge_path(run_dir, judge) if node.writes == ("judge",)
-                else artifacts.path(run_dir, node.writes[0]))
-        rows = read_jsonl(path, missing_ok=True)
+        stage = node.instance(judge)
+        rows = read_jsonl(node.output(run_dir, judge), missing_ok=True)
         llm = _manifest(run_dir, stage).get("llm", {})
         out.append({"stage": stage, "rows": len(rows), "repaired": sum(1 for r in rows if r.get("repaired")),
                     "failed": sum(1 for r in rows if _failed(r)), "kind": "fallback" if node.memory_stage else "failed",

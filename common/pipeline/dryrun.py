@@ -30,7 +30,7 @@ from common.method.dedup import representatives
 from common.method.episodes import partition_messages
 from common.method.plan import plan_messages
 from common.method.render import render_turn
-from common.pipeline.graph import by_name, llm_stages
+from common.pipeline.graph import IDS, by_name, llm_stages
 from common.pipeline.ledger import cost, load_prices
 
 # Assumptions for what cannot be known before the calls (all in o200k tokens).
@@ -103,23 +103,23 @@ def estimate(cfg: Config) -> dict[str, Any]:
     if ensimem:
         if cfg.episodes.mode == "theme":
             tin = sum(_tok(partition_messages(s, imgs)) for s in unique)
-            add(by_name("02_episodes").id, "partition", len(unique), tin, ASSUME["partition_out_per_turn"] * n_turns,
+            add(IDS["episodes"], "partition", len(unique), tin, ASSUME["partition_out_per_turn"] * n_turns,
                 _existing(run_dir, "episodes"), "exact prompts; output assumed")
         n_eps = {"theme": max(len(unique), round(n_turns / ASSUME["turns_per_theme_episode"])),
                  "turn": n_turns, "session": len(unique)}[cfg.episodes.mode]
         overhead = count_tokens(prompts.load("extract_system")) + count_tokens(prompts.load("extract_user")) + 60
-        add(by_name("03_extract").id, "extract", n_eps, n_eps * overhead + session_tokens,
+        add(IDS["extract"], "extract", n_eps, n_eps * overhead + session_tokens,
             ASSUME["extract_out_per_turn"] * n_turns, _existing(run_dir, "records"),
             "episodes assumed for theme mode; episode text exact in total")
         vocab = ", ".join(["property"] * cfg.plan.vocabulary_max)
         tin = sum(_tok(plan_messages(q, vocab, cfg.extract.granularity)) for q in data.questions)
-        add(by_name("05_plan").id, "plan", nq, tin, ASSUME["plan_out"] * nq, _existing(run_dir, "plans"),
+        add(IDS["plan"], "plan", nq, tin, ASSUME["plan_out"] * nq, _existing(run_dir, "plans"),
             f"exact templates; vocabulary of {cfg.plan.vocabulary_max} properties assumed")
         buffer = min(ASSUME["ensimem_buffer"], cfg.retrieve.max_buffer_tokens) + ASSUME["plan_text_in_answer"]
         if cfg.retrieve.bridges and cfg.retrieve.mode != "dense_only":
             n_bridges, basis = _bridges(run_dir, {q.qid for q in data.questions})
             overhead = count_tokens(prompts.load("bridge_system")) + count_tokens(prompts.load("bridge_user")) + 60
-            add(by_name("06_retrieve").id, "bridge", n_bridges, n_bridges * (overhead + ASSUME["ensimem_buffer"]),
+            add(IDS["retrieve"], "bridge", n_bridges, n_bridges * (overhead + ASSUME["ensimem_buffer"]),
                 ASSUME["bridge_out"] * n_bridges, _bridges_done(run_dir),
                 f"{basis}; context assumed the paper's mean buffer")
         answer_prompt = "answer_system"
@@ -133,7 +133,7 @@ def estimate(cfg: Config) -> dict[str, Any]:
         answer_prompt = "answer_closed_book_system" if cfg.method.name == "no_memory" else "answer_baseline_system"
     per_answer = count_tokens(prompts.load(answer_prompt)) + 40 + buffer
     tin = sum(per_answer + count_tokens(q.question) for q in data.questions)
-    add(by_name("07_answer").id, "answer", nq, tin, ASSUME["answer_out"] * nq, _existing(run_dir, "answers"),
+    add(IDS["answer"], "answer", nq, tin, ASSUME["answer_out"] * nq, _existing(run_dir, "answers"),
         f"buffer {buffer:.0f} tokens per question ({'paper Table 3 mean' if ensimem else cfg.method.name})")
     q_by = {q.qid: q for q in data.questions}
     answer_text = "a " * int(ASSUME["answer_text"])  # an assumed answer of that many tokens
@@ -142,7 +142,7 @@ def estimate(cfg: Config) -> dict[str, Any]:
     else:
         tin = sum(_tok(lme_messages(template_id(g.question_type, g.qid), q_by[g.qid].question, g.answer,
                                     answer_text)) for g in scored)
-    add(f"{by_name('judge').id}_{cfg.judge.name}", "judge", len(scored), tin, ASSUME["judge_out"] * len(scored),
+    add(by_name("judge").instance(cfg.judge.name), "judge", len(scored), tin, ASSUME["judge_out"] * len(scored),
         _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name),
         "exact judge prompts; answer length assumed")
     # A stage added to the graph without an estimator here is listed, never silently left out.

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
 
+from common.core import artifacts
 from common.core.artifacts import ARTIFACTS
 
 GoldAccess = Literal["no", "oracle", "yes"]
@@ -60,6 +61,17 @@ class Stage:
         module, _, attr = self.function.partition(":")
         return getattr(importlib.import_module(module), attr)
 
+    def instance(self, judge: str) -> str:
+        """The name of one run of this stage (its manifest, ledger row, dry-run row): a judge stage
+        runs once per judge (``08_judge_<judge>``), every other stage once (its id)."""
+        return f"{self.id}_{judge}" if "judge" in self.writes else self.id
+
+    def output(self, run_dir: Path, judge: str) -> Path:
+        """The row file of one run of this stage (the judge's own file for a judge stage)."""
+        if "judge" in self.writes:
+            return artifacts.judge_path(run_dir, judge)
+        return artifacts.path(run_dir, self.writes[0])
+
     def files(self, which: str = "writes") -> list[str]:
         """File names (in the run directory) of the artifacts this stage reads or writes."""
         return [ARTIFACTS[a].file if a in ARTIFACTS else a for a in getattr(self, which)]
@@ -90,6 +102,10 @@ STAGES: tuple[Stage, ...] = (
           writes=("metrics", "ledger", "tables"),
           reads_gold="yes", summary="accuracy with k/n and CI, diagnostics, ledger and tables"),
 )
+
+
+# Stage name -> id (``"extract"`` -> ``"03_extract"``), for code that names a stage's manifest.
+IDS = {s.name: s.id for s in STAGES}
 
 
 def by_name(name: str, stages: tuple[Stage, ...] = STAGES) -> Stage:

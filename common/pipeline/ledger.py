@@ -124,13 +124,9 @@ def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, 
     prices = prices if prices is not None else load_prices()
     entries, missing = [], []
     # (stage, file, role) for every LLM stage of the graph; a judge stage has one file per judge.
-    files: list[tuple[str, Path, str]] = []
-    for node in llm_stages():
-        if node.writes == ("judge",):
-            files += [(f"{node.id}_{j}", artifacts.judge_path(run_dir, j), str(node.role))
-                      for j in artifacts.judges(run_dir)]
-        else:
-            files.append((node.id, artifacts.path(run_dir, node.writes[0]), str(node.role)))
+    judges = artifacts.judges(run_dir)
+    files = [(node.instance(j), node.output(run_dir, j), str(node.role))
+             for node in llm_stages() for j in (judges if "judge" in node.writes else [""])]
     for stage, path, role in files:
         if not path.exists():
             missing.append(path.name)

@@ -62,10 +62,8 @@ from common.pipeline.engine import (
     summary_line,
     uses_memory_index,
 )
-from common.pipeline.graph import STAGES
-
-# Manifest and summary names come from the graph: a stage's id is declared there only.
-ID = {s.name: s.id for s in STAGES}
+from common.pipeline.graph import IDS as ID  # manifest and summary names: declared in the graph only
+from common.pipeline.graph import by_name
 
 
 # ----------------------------------------------------------------------------- 01
@@ -305,7 +303,7 @@ def judge(run: Run) -> None:
     answers = [from_dict(AnswerRow, r) for r in read_jsonl(run.path("answers"))]
     scored = [a for a in answers if data.is_scored(gold[a.qid])]
     name, prompt_id = run.cfg.judge.name, run.cfg.judge.prompt
-    run_rows(run, f"{ID['judge']}_{name}", run.judge_path(), "qid", scored, lambda a: a.qid,
+    run_rows(run, by_name("judge").instance(name), run.judge_path(), "qid", scored, lambda a: a.qid,
              lambda a: scorer.judge(run.llm, name, prompt_id, a, gold[a.qid]),
              "judge", [run.path("answers"), run.path("gold")], lambda r: r["label"] is None,
              digest_fn=lambda a: digest([a.question, a.answer, gold[a.qid].answer]))
