@@ -39,6 +39,7 @@ from common.core.llm import EndpointNotConfigured
 from common.demo.local_llm import LocalEndpoint, LocalModelError
 from common.pipeline.engine import Run, StageFailed, run_pipeline
 from common.pipeline.graph import llm_stages
+from common.pipeline.ledger import row_failure
 
 DEMO_CONFIG = "configs/demo.yaml"
 SAMPLE_PATH = REPO_ROOT / "configs" / "demo_sample_conversation.json"
@@ -135,15 +136,6 @@ def _manifest(run_dir: Path, stage: str) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
-def _failed(row: dict[str, Any]) -> bool:
-    """A row that fell back (02/03/05), has no answer (07) or no label (08)."""
-    if "fallback_used" in row:
-        return bool(row["fallback_used"])
-    if "label" in row:
-        return row["label"] is None
-    return row.get("answer") is None or bool(row.get("error"))
-
-
 def stage_counts(run_dir: Path, judge: str) -> list[dict[str, Any]]:
     """Per LLM stage of the graph: rows, repaired, fallback/failed rows and LLM calls, from the artifacts."""
     out = []
@@ -154,7 +146,8 @@ def stage_counts(run_dir: Path, judge: str) -> list[dict[str, Any]]:
         rows = read_jsonl(node.output(run_dir, judge), missing_ok=True)
         llm = _manifest(run_dir, stage).get("llm", {})
         out.append({"stage": stage, "rows": len(rows), "repaired": sum(1 for r in rows if r.get("repaired")),
-                    "failed": sum(1 for r in rows if _failed(r)), "kind": "fallback" if node.memory_stage else "failed",
+                    "failed": sum(1 for r in rows if row_failure(r)),
+                    "kind": "fallback" if node.memory_stage else "failed",
                     "calls": llm.get("calls", 0), "cached": llm.get("cached", 0), "call_failures": llm.get("failed", 0),
                     "completion_tokens": llm.get("completion_tokens", 0),
                     "seconds": _manifest(run_dir, stage).get("wall_seconds")})

@@ -49,7 +49,7 @@ def _calls(row: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def _row_failure(row: dict[str, Any]) -> str:
+def row_failure(row: dict[str, Any]) -> str:
     """The failure cause of a row, '' if it did not fail.
 
     Judge rows use the causes of ``metrics.json`` (``common.evaluation.scoring``) so both files count the same
@@ -85,7 +85,7 @@ def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[
     paid = [c for c in calls if not c.get("cached")]
     failures: dict[str, int] = defaultdict(int)
     for r in rows:
-        cause = _row_failure(r)
+        cause = row_failure(r)
         if cause:
             failures[cause] += 1
 
