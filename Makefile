@@ -29,6 +29,7 @@ B ?=
 JUDGE ?=
 JUDGE_B ?=
 JSON ?=
+PRESET ?= s
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
@@ -38,8 +39,8 @@ STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
 check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
-.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint bench clean-run \
-        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages
+.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint bench bench-scale bench-embeddings clean-run \
+        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -49,9 +50,10 @@ install:  ## create .venv and install the pinned requirements (and the demo's pa
 	$(VENV)/bin/pip install -q torch==2.13.0
 	$(VENV)/bin/pip install -q -r requirements.txt
 	$(VENV)/bin/pip install -q --no-deps -r requirements-demo.txt
+	$(VENV)/bin/pip install -q --no-deps -r requirements-systems.txt
 	touch $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-demo.txt
+$(VENV)/.installed: requirements.txt requirements-demo.txt requirements-systems.txt
 	$(MAKE) install VENV=$(VENV)
 
 DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(MEMORIES),--conversation $(MEMORIES)) $(foreach s,$(SET),--set $(s))
@@ -118,7 +120,7 @@ baselines:  ## the harness's own LoCoMo baselines: full context, RAG over turns,
 baselines-longmemeval:  ## the same baselines on LongMemEval
 	$(PY) -m common.pipeline.runner baselines --benchmark longmemeval $(EXP_ARGS)
 
-tables:  ## paper Tables 1,2,3,4,10 -> results/tables/ (md, csv, tex, sources.json); no LLM call
+tables:  ## paper Tables 1,2,3,4,10 and the systems table -> results/tables/ (md, csv, tex, sources.json); no LLM call
 	$(PY) -m common.report.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
 
 figures:  ## paper Figures 2 and 3 -> figures/ (png, pdf, sources.json); no LLM call
@@ -130,11 +132,22 @@ compare:  ## paired comparison: A=<run dir> [B=<run dir>] [JUDGE=name] [JUDGE_B=
 	@test -n "$(A)" || (echo "set A=results/<benchmark>/<run> and B=... (or JUDGE_B=<name> for two judges of A)"; exit 2)
 	$(PY) -m common.report.compare $(A) $(B) $(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
 
+report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeval] [B=<other run>] [JUDGE=name] -> <run dir>/report/index.html
+	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval] [B=<other run>]"; exit 2)
+	$(PY) -m common.report.html --run $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(B),--b $(B)) \
+		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(RESULTS),--results $(RESULTS))
+
 test:  ## the offline test-suite (a local fake OpenAI server; no network, no key)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (~8-15 min; BENCH_ARGS="--conversations conv-26")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.run --config $(CONFIG) $(BENCH_ARGS)
+
+bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/scale_$(PRESET).{json,md} (PRESET=s|m, LIMIT=N questions, BENCH_ARGS="--latency 0.2 --pool 2000")
+	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(BENCH_ARGS)
+
+bench-embeddings:  ## texts/s of the index build per embedding runtime (torch, onnx, onnx-int8) and retrieval equality -> results/bench/embeddings.{json,md}
+	HF_HUB_OFFLINE=1 $(PY) -m bench.embedding_speed $(BENCH_ARGS)
 
 lint:  ## ruff and mypy, configured in pyproject.toml (both must be clean)
 	$(PY) -m ruff check .
@@ -143,3 +156,12 @@ lint:  ## ruff and mypy, configured in pyproject.toml (both must be clean)
 clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval, or both when BENCH is unset (never the LLM cache)
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 1)
 	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval),results/$(b)/$(RUN))
+
+AUDIT_ARGS = $(foreach s,$(SET),--set $(s)) $(if $(MEMORIES),--set "data.memories=[$(MEMORIES)]") \
+             $(if $(LIMIT),--set data.question_limit=$(LIMIT)) $(if $(SETS),--sets $(SETS)) $(if $(DRY_RUN),--dry-run)
+
+audit-judge:  ## the configured judge over the locomo-audit stress sets -> results/audit/<judge>/ (SETS=ap-v1,gold, JUDGE_CONFIG=configs/judge_qwen3_32b.yaml, SET, MEMORIES, LIMIT, DRY_RUN=1)
+	$(PY) -m common.pipeline.audit --config $(CONFIG) $(if $(JUDGE_CONFIG),--config $(JUDGE_CONFIG)) $(AUDIT_ARGS)
+
+audit-judge-longmemeval:  ## the configured LongMemEval judge on the golden answers -> results/audit/<judge>/
+	$(PY) -m common.pipeline.audit --config $(LME_CONFIG) $(if $(JUDGE_CONFIG),--config $(JUDGE_CONFIG)) $(AUDIT_ARGS)

@@ -9,4 +9,8 @@
 2. per-question latency of 06_retrieve over one real conversation's index;
 3. the warm rerun (`make locomo` again on the same config: LLM calls and wall time);
 4. peak RSS of the stage processes of the full run, model weights declared.
+
+``python -m bench.scale`` (`make bench-scale`) runs LongMemEval 01-09 on a generated haystack set
+(``bench.scale_data``) and ``python -m bench.embedding_speed`` (`make bench-embeddings`) measures the
+index build's texts/s per embedding runtime; both write next to bench.json.
 """

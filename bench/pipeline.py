@@ -29,7 +29,7 @@ LLM_STAGE_KINDS: dict[str, tuple[str, ...]] = {
     "03_extract": ("extract", "extract_repair"),
     "05_plan": ("plan", "plan_repair"),
     "07_answer": ("answer",),
-    "08_judge": ("judge_locomo",),
+    "08_judge": ("judge_locomo", "judge_lme"),
 }
 # Stages that load the sentence-transformers model (their RSS holds its weights).
 MODEL_STAGES = ("04_index", "06_retrieve")
@@ -46,6 +46,7 @@ class PipelineRun:
     name: str
     config: str
     overrides: list[str]
+    package: str = "LoCoMo"  # the benchmark's script package (LongMemEval for `make bench-scale`)
 
     def cfg(self) -> Config:
         return load_config([self.config], self.overrides)
@@ -56,7 +57,7 @@ class PipelineRun:
 
     def stage_command(self, stage: str) -> list[str]:
         """What the Makefile's `locomo` loop runs for ``stage``."""
-        return [sys.executable, "-m", f"LoCoMo.{stage}", "--config", self.config,
+        return [sys.executable, "-m", f"{self.package}.{stage}", "--config", self.config,
                 *[a for o in self.overrides for a in ("--set", o)]]
 
     def make_command(self) -> list[str] | None:
@@ -132,7 +133,7 @@ class StageResult:
 
 
 def _manifest_figures(m: dict[str, Any]) -> dict[str, Any]:
-    keep = ("wall_seconds", "rows", "resumed_rows", "new_rows", "failed_rows", "llm", "dedup")
+    keep = ("wall_seconds", "rows", "resumed_rows", "new_rows", "failed_rows", "llm", "dedup", "embedding")
     return {k: m[k] for k in keep if k in m}
 
 

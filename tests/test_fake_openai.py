@@ -7,10 +7,12 @@ import math
 import pytest
 
 from common.core.prompts import PROMPT_DIR
+from tests.conftest import REPO
 from tests.fake_openai import (
     CHAT_KINDS,
     FAKE_MODEL,
     MALFORMED_CONTENT,
+    OUTSIDE_PROMPTS,
     PROMPT_ID_HEADER,
     PROMPT_KINDS,
     FakeOpenAI,
@@ -130,12 +132,15 @@ def test_prompt_id_table_matches_the_prompt_files():
     """Every id in the table is a template in common/prompts/, and every template the harness
     sends as a call's id (user templates and judge templates) is in the table."""
     files = {p.stem for p in PROMPT_DIR.glob("*.txt")}
-    assert set(PROMPT_KINDS) <= files
+    assert set(PROMPT_KINDS) - OUTSIDE_PROMPTS <= files
     sent = {f for f in files if f.endswith("_user") or f.startswith("judge_")}
-    assert sent == set(PROMPT_KINDS)
+    assert sent == set(PROMPT_KINDS) - OUTSIDE_PROMPTS
     assert set(PROMPT_KINDS.values()) == CHAT_KINDS
     assert {"partition", "partition_repair", "extract", "extract_repair", "plan", "plan_repair", "bridge",
-            "bridge_repair", "answer", "judge_locomo", "judge_lme"} == CHAT_KINDS
+            "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction"} == CHAT_KINDS
+    # The outside prompts are only mem0's own extraction prompt, under the id common.systems.mem0 sends.
+    assert OUTSIDE_PROMPTS == {"mem0_extraction"}
+    assert 'prompt_id="mem0_extraction"' in (REPO / "common" / "systems" / "mem0.py").read_text()
 
 
 def test_parse_turns_skips_image_lines():

@@ -411,6 +411,8 @@ VOLATILE_MANIFEST_FIELDS = frozenset({
     "resumed_rows", "new_rows",  # how the rows split between the killed and the restarted process
     "llm",  # per-process call accounting (calls, cached, tokens, latencies)
     "code",  # git commit/dirty flag when the stage ended: a commit to the tree mid-test is not a resume bug
+    # 04's embedding throughput (the clock); its text counts (requested, distinct, encoded) still must match
+    "encode_seconds", "encode_cpu_seconds", "texts_per_second", "texts_per_cpu_second",
 })
 # The cost and latency ledger (common/pipeline/ledger.py, also copied into metrics.json) reports timings
 # read from the row fields above; its calls, paid/cached split, tokens and costs must still match.

@@ -123,8 +123,13 @@ def index():
     return build_memory()
 
 
+# The harness's earlier retrieval choices, options since issue 11 (BM25 route, coverage stop,
+# buffer in conversation order): these tests pin them; tests/test_fidelity.py pins the new defaults.
+LEGACY = dict(stop_when_covered=True, lexical="bm25", buffer_order="conversation")
+
+
 def make(index, **cfg):
-    return Retriever(index, VIEW, EMBEDDER, RetrieveConfig(**cfg))
+    return Retriever(index, VIEW, EMBEDDER, RetrieveConfig(**{**LEGACY, **cfg}))
 
 
 def hop(hop_id, **anchor):
@@ -396,7 +401,7 @@ def test_buffer_renders_original_turns_in_conversation_order(index):
     assert (row.qid, row.memory_id, row.mode, row.scope, row.reasoning_type) == (
         "q1", MEM, "adaptive", "point", "direct")
 
-    no_img = Retriever(index, VIEW, EMBEDDER, RetrieveConfig(), include_images=False).retrieve(
+    no_img = Retriever(index, VIEW, EMBEDDER, RetrieveConfig(**LEGACY), include_images=False).retrieve(
         Q(), plan(hop("h1", **PET), hop("h2", **PAINTING)))
     assert "[image caption]" not in no_img.buffer_text
     assert "[D1:4] Melanie: Look at my new painting!" in no_img.buffer_text

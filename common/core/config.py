@@ -15,13 +15,14 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 
+from common.core.endpoints import parse_endpoints
 from common.core.llm import RoleSettings
 
-ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge")
+ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge", "memory")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,7 +35,9 @@ class RoleConfig:
     """Model settings of one LLM role; unset fields inherit from ``models.default``."""
 
     model: Optional[str] = None
-    base_url: Optional[str] = None
+    # One URL, or a list of replicas serving the same model: each item a URL or
+    # {url: ..., concurrency: N} (N: that endpoint's bound; default llm.concurrency).
+    base_url: Optional[Union[str, list]] = None
     temperature: Optional[float] = None
     seed: Optional[int] = None
     max_tokens: Optional[int] = None
@@ -57,6 +60,8 @@ class ModelsConfig:
     bridge: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=512))  # authors' code: 512
     answer: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=256))
     judge: RoleConfig = field(default_factory=lambda: RoleConfig(model="gpt-4o-mini-2024-07-18"))
+    # An outside memory system's own LLM calls (mem0's fact extraction), through the harness client.
+    memory: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=4096))
 
 
 @dataclass(frozen=True)
@@ -70,16 +75,49 @@ class DataConfig:
     # it keeps the first N questions of the file); None = all.
     question_limit: Optional[int] = None
     subset: Optional[str] = None  # a configs/subsets/*.yaml file: keep only its question_ids
+    # LoCoMo's audited answer key (locomo-audit errors.json, CC BY-NC 4.0, never committed), e.g.
+    # ../shared/data/locomo-audit/errors.json; None: the audited-key rows say "not configured".
+    errata: Optional[str] = None
+
+
+# Roles never sent as a batch: plan, bridge and answer are timed as the paper's online cost (Table 3);
+# memory is a memory system's own ingestion (common.systems), whose calls depend on each other in order
+# and are made outside LLMClient.map, where batching happens.
+ONLINE_ROLES = ("plan", "bridge", "answer", "memory")
 
 
 @dataclass(frozen=True)
 class LLMConfig:
-    concurrency: int = 16
+    concurrency: int = 16  # requests in flight per endpoint (unless the endpoint sets its own)
     cache_path: str = ".cache/llm.sqlite"
     cache_mode: Literal["rw", "ro", "off", "refresh"] = "rw"
     max_attempts: int = 6
     initial_wait: float = 1.0
     max_wait: float = 30.0
+    endpoint_cooldown: float = 30.0  # seconds an endpoint failing with connection errors is set aside
+    # OpenAI Batch API (/v1/files + /v1/batches, half price) instead of live calls: true = the
+    # offline roles (every role not in ONLINE_ROLES: partition, extract, judge), or a list of roles.
+    batch: Union[bool, list] = False
+    batch_poll_seconds: float = 30.0
+    batch_completion_window: str = "24h"
+    batch_max_requests: int = 50000  # requests per batch file (the API's limit)
+    # Requests a batch left undone when it expired: sent in a new batch (keeps the batch price) or live.
+    batch_on_expiry: Literal["batch", "live"] = "batch"
+
+    def batch_roles(self, roles: Sequence[str]) -> tuple[str, ...]:
+        """The roles sent through the Batch API (``ConfigError`` for an unknown or online role)."""
+        if self.batch is True:
+            return tuple(r for r in roles if r not in ONLINE_ROLES)
+        if self.batch is False:
+            return ()
+        for i, r in enumerate(self.batch):
+            if r not in roles:
+                raise ConfigError(f"llm.batch[{i}]: unknown role {r!r} (roles: {', '.join(roles)})")
+            if r in ONLINE_ROLES:
+                why = ("a memory system's ordered ingestion" if r == "memory"
+                       else "its latency is the paper's Table 3 cost")
+                raise ConfigError(f"llm.batch[{i}]: role {r!r} is online ({why}); batch the offline roles only")
+        return tuple(self.batch)
 
 
 @dataclass(frozen=True)
@@ -98,6 +136,9 @@ class EmbeddingConfig:
     backend: Literal["sentence-transformers", "openai"] = "sentence-transformers"  # openai: any /v1/embeddings
     model: str = "all-MiniLM-L6-v2"  # packaged offline; the authors used Qwen/Qwen3-Embedding-8B
     device: str = "cpu"
+    # sentence-transformers only: torch, or ONNX Runtime on the same weights exported once
+    # (onnx-int8: dynamically quantized); README "Embedding throughput" has the measurements.
+    runtime: Literal["torch", "onnx", "onnx-int8"] = "torch"
     batch_size: int = 64
     max_length: int = 256
     cache_path: str = ".cache/embeddings.sqlite"
@@ -112,7 +153,12 @@ class IndexConfig:
 
 @dataclass(frozen=True)
 class PlanConfig:
-    vocabulary_max: int = 200  # most frequent observed properties shown to the planner
+    # The authors inject every observed property (alphabetical). The list is cut, least frequent
+    # first, only when it would exceed ``vocabulary_tokens`` (o200k tokens; large enough for every
+    # LoCoMo conversation) or ``vocabulary_max`` properties (None = no count limit; the demo's
+    # 135M model uses 40). The plan row records how many were left out.
+    vocabulary_max: Optional[int] = None
+    vocabulary_tokens: int = 50000
 
 
 @dataclass(frozen=True)
@@ -145,10 +191,22 @@ class RetrieveConfig:
     all_matching: ScopeBudget = field(
         default_factory=lambda: ScopeBudget(structured_k=None, fallback_k=None, lexical_k=None, dense_k=20)
     )
-    # Paper 3.3: a point requirement is covered by a confident structured match, and then the
-    # fallback routes are not consulted for that hop. The authors' code never stops (set false).
-    stop_when_covered: bool = True
+    # The authors' code never stops a hop early (the paper lists early stopping as future work).
+    # true = the paper's prose (Sec. 3.3): a point hop whose best structured match scores
+    # ``coverage_score`` or more skips the fallback routes (ablation variant ``coverage_stop``).
+    stop_when_covered: bool = False
     coverage_score: float = 0.8
+    # guard: the authors' lexical recall guard, generic part (common.method.lexical); every
+    # grounded match is a candidate (``lexical_k`` is not used), merged with the dense ones and
+    # re-ranked by question terms. bm25: BM25 over whole episodes (question + anchor words, top
+    # ``lexical_k``) fused with dense by reciprocal rank, the harness's earlier route.
+    lexical: Literal["guard", "bm25"] = "guard"
+    # answer_rank: the union of the hops re-ranked by question terms, as the authors' answer step
+    # orders episodes (also the bridge context); conversation: time order.
+    buffer_order: Literal["answer_rank", "conversation"] = "answer_rank"
+    # The authors' LongMemEval retrieval: a hop without structured matches keeps its best dense
+    # episode even past the ``fallback_k`` cut (configs/longmemeval.yaml; their LoCoMo code does not).
+    keep_top_dense: bool = False
     temporal_neighbors: int = 0  # episodes on each side kept for temporal plans (date context)
     max_episodes: int = 60  # hard cap per question, after merging hops
     max_buffer_tokens: int = 20000  # episodes are added in rank order; one that would exceed this is skipped
@@ -157,6 +215,10 @@ class RetrieveConfig:
     # false: the placeholder is dropped and those hops rely on their other fields.
     bridges: bool = True
     bridge_context_k: int = 24  # selected episodes shown to the bridge call, in hop rank order
+
+
+class ImportPath(str):
+    """``package.module:Class``: a memory system outside the harness, chosen by ``method.name``."""
 
 
 @dataclass(frozen=True)
@@ -170,15 +232,34 @@ class MethodConfig:
     evidence turns: an upper bound, and the only method that reads the gold file before judging).
     """
 
-    name: Literal["ensimem", "full_context", "rag_turns", "no_memory", "oracle"] = "ensimem"
+    # A registered system (common.systems.registry) or a user's class as package.module:Class.
+    name: Union[Literal["ensimem", "full_context", "rag_turns", "no_memory", "oracle", "mem0"], ImportPath] = "ensimem"
     context_tokens: int = 120000  # full_context budget (o200k tokens); fits 128k-window models
     rag_k: int = 10  # rag_turns: turns retrieved per question
+    options: dict = field(default_factory=dict)  # a system's own settings (mem0: top_k, batch_size)
+
+
+@dataclass(frozen=True)
+class AnswerConfig:
+    # harness: the common answer prompt of every system without a plan (one protocol);
+    # mem0: mem0's own LoCoMo answer prompt, to show how much the prompt alone moves a number.
+    prompt: Literal["harness", "mem0"] = "harness"
 
 
 @dataclass(frozen=True)
 class JudgeConfig:
     name: str = "gpt-4o-mini"  # file suffix of 08_judge_<name>.jsonl; judges are never averaged
     prompt: str = "judge_locomo_mem0"
+    # Ask the judge N times per answer (run i: seed 42+i, its own cache entry); metrics report
+    # per-run accuracy, mean +- std, majority vote and the fraction of labels that flip.
+    runs: int = 1
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    # LoCoMo category 5: score the answers by the abstention rule (common.evaluation.adversarial)
+    # and report them as their own column, never in the overall.
+    adversarial: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,7 +282,9 @@ class Config:
     plan: PlanConfig = field(default_factory=PlanConfig)
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    score: ScoreConfig = field(default_factory=ScoreConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     # ---- derived
@@ -218,10 +301,17 @@ class Config:
         }
         if not merged["model"]:
             raise ConfigError(f"models.{role}.model: no model configured")
+        base_url = merged["base_url"]
+        if isinstance(base_url, list):
+            where = f"models.{role if own.base_url is not None else 'default'}.base_url"
+            try:
+                base_url = parse_endpoints(base_url, where)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         return RoleSettings(
             role=role,
             model=merged["model"],
-            base_url=merged["base_url"],
+            base_url=base_url,
             temperature=merged["temperature"] if merged["temperature"] is not None else 0.0,
             seed=merged["seed"],
             max_tokens=merged["max_tokens"],
@@ -245,7 +335,18 @@ def _check_type(where: str, tp: Any, value: Any) -> Any:
     if origin is typing.Union:
         if value is None and type(None) in args:
             return None
-        tp = next(a for a in args if a is not type(None))
+        options = [a for a in args if a is not type(None)]
+        if ImportPath in options:  # method.name: a registered name, else an import path
+            return _system_name(where, options[0], value)
+        if len(options) > 1:  # e.g. a URL or a list of URLs: the first type the value fits
+            for option in options:
+                try:
+                    return _check_type(where, option, value)
+                except ConfigError:
+                    continue
+            names = " or ".join(getattr(o, "__name__", str(o)) for o in options)
+            raise ConfigError(f"{where}: expected {names}, got {value!r}")
+        tp = options[0]
         origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Literal:
         if value not in args:
@@ -265,6 +366,16 @@ def _check_type(where: str, tp: Any, value: Any) -> Any:
     ):
         return value
     raise ConfigError(f"{where}: expected {getattr(expected, '__name__', expected)}, got {value!r}")
+
+
+def _system_name(where: str, names: Any, value: Any) -> Any:
+    if value in typing.get_args(names):
+        return value
+    module, _, attr = str(value).partition(":") if isinstance(value, str) else ("", "", "")
+    if module and attr.isidentifier() and all(p.isidentifier() for p in module.split(".")):
+        return str(value)  # a plain str: it is written to YAML and JSON
+    raise ConfigError(f"{where}: {value!r} is not one of {', '.join(typing.get_args(names))} "
+                      "nor an import path package.module:Class")
 
 
 def build(cls: type, data: dict[str, Any], where: str = "") -> Any:
@@ -368,6 +479,8 @@ def choices(cls: type = Config, prefix: str = "") -> dict[str, tuple[Any, ...]]:
     out: dict[str, tuple[Any, ...]] = {}
     for name, tp in typing.get_type_hints(cls).items():
         key = f"{prefix}{name}"
+        if typing.get_origin(tp) is typing.Union and typing.get_origin(typing.get_args(tp)[0]) is Literal:
+            tp = typing.get_args(tp)[0]  # method.name: the registered names (import paths besides)
         if typing.get_origin(tp) is Literal:
             out[key] = typing.get_args(tp)
         elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -384,8 +497,13 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"retrieve.weights: unknown field(s) {sorted(unknown)}")
     if cfg.llm.concurrency < 1:
         raise ConfigError("llm.concurrency: must be >= 1")
+    if cfg.llm.batch_max_requests < 1:
+        raise ConfigError("llm.batch_max_requests: must be >= 1")
+    if cfg.judge.runs < 1:
+        raise ConfigError("judge.runs: must be >= 1")
     for role in ROLES:
         cfg.role(role)
+    cfg.llm.batch_roles(ROLES)
 
 
 def to_yaml(cfg: Config) -> str:

@@ -16,24 +16,29 @@ or a local path goes to ``SentenceTransformer`` unchanged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import logging
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
 from common.core import llm as _llm  # module attribute looked up per call: tests patch embed_texts
+from common.core import onnx_embeddings as _onnx
 
 __all__ = [
     "DEFAULT_MODEL",
     "Embedder",
     "EmbeddingCache",
+    "EmbeddingStats",
     "EmbeddingBackend",
     "SentenceTransformerBackend",
+    "OnnxBackend",
     "OpenAIEmbeddingBackend",
     "load_sentence_transformer",
     "resolve_model_path",
@@ -192,6 +197,58 @@ class SentenceTransformerBackend:
         return out
 
 
+class OnnxBackend:
+    """A sentence-transformers model run by ONNX Runtime (``embedding.runtime: onnx | onnx-int8``).
+
+    The graph is exported from the local weights on first use into ``export_dir`` and reused;
+    torch is only loaded for that export. Vectors differ from torch's in the last digits (int8:
+    more), so the namespace of the cache, ``model_id``, names the runtime.
+    """
+
+    def __init__(self, model: str, export_dir: Path, quantized: bool = False, batch_size: int = 64,
+                 max_length: int = 256):
+        self.model = model
+        canonical = DEFAULT_MODEL if model in _DEFAULT_ALIASES else model
+        self.runtime = "onnx-int8" if quantized else "onnx"
+        self.max_length = int(max_length)
+        self.batch_size = int(batch_size)
+        self.model_id = f"sentence-transformers:{canonical}:max_length={self.max_length}:{self.runtime}"
+        slug = canonical.replace("/", "__")
+        self.onnx_file = Path(export_dir) / f"{slug}.v{_onnx.EXPORT_VERSION}{'.int8' if quantized else ''}.onnx"
+        self._encoder: Optional[Any] = None
+        self._dim: Optional[int] = None
+
+    def _model_dir(self) -> Path:
+        path = Path(resolve_model_path(self.model))
+        if not (path / "modules.json").is_file():
+            raise ValueError(f"embedding.runtime {self.runtime} needs a local sentence-transformers folder; "
+                             f"{self.model} resolves to {path}, which has no modules.json")
+        return path
+
+    def encoder(self) -> Any:
+        if self._encoder is None:
+            model_dir = self._model_dir()
+            _onnx.check_pipeline(model_dir)
+            if not self.onnx_file.exists():
+                log.info("exporting %s to %s", self.model, self.onnx_file)
+                _onnx.export(load_sentence_transformer(self.model, "cpu"), self.onnx_file,
+                             quantized=self.runtime == "onnx-int8")
+            self._encoder = _onnx.OnnxEncoder(model_dir, self.onnx_file, self.max_length, self.batch_size)
+        return self._encoder
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.encode(["dimension probe"]).shape[1])
+        return self._dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = self.encoder().encode(list(texts))
+        if out.ndim == 2 and out.shape[0]:
+            self._dim = int(out.shape[1])
+        return _l2_normalize(out) if out.shape[0] else out
+
+
 class OpenAIEmbeddingBackend:
     """An OpenAI-compatible ``/v1/embeddings`` endpoint, through ``common.core.llm.embed_texts``."""
 
@@ -314,12 +371,37 @@ class EmbeddingCache:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass
+class EmbeddingStats:
+    """Where an embedder's texts went: what stage 04 reports as its texts/s (``as_dict``)."""
+
+    requested: int = 0  # texts passed to encode, repeats included
+    distinct: int = 0  # distinct texts per encode call, summed over calls
+    cache_hits: int = 0  # distinct texts found in the sqlite cache
+    encoded: int = 0  # texts the model (or endpoint) embedded
+    encode_calls: int = 0  # backend.encode calls
+    encode_seconds: float = 0.0  # wall time inside backend.encode
+    # CPU time of this process inside backend.encode: on a machine shared with other jobs the
+    # wall figure measures the neighbours too; texts per CPU-second compares runtimes fairly.
+    encode_cpu_seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dataclasses.asdict(self)
+        out["encode_seconds"] = round(self.encode_seconds, 3)
+        out["encode_cpu_seconds"] = round(self.encode_cpu_seconds, 3)
+        out["texts_per_second"] = round(self.encoded / self.encode_seconds, 1) if self.encode_seconds else None
+        out["texts_per_cpu_second"] = (round(self.encoded / self.encode_cpu_seconds, 1)
+                                       if self.encode_cpu_seconds else None)
+        return out
+
+
 class Embedder:
     """Cached, normalized embeddings from one backend."""
 
     def __init__(self, backend: EmbeddingBackend, cache_path: str | Path | None = ""):
         self.backend = backend
         self.cache: Optional[EmbeddingCache] = EmbeddingCache(cache_path) if cache_path else None
+        self.stats = EmbeddingStats()
 
     @classmethod
     def from_config(cls, cfg: Any) -> "Embedder":
@@ -328,10 +410,16 @@ class Embedder:
         batch_size = int(getattr(cfg, "batch_size", 64) or 64)
         max_length = int(getattr(cfg, "max_length", 256) or 256)
         cache_path = getattr(cfg, "cache_path", "") or ""
+        runtime = str(getattr(cfg, "runtime", "torch") or "torch")
         if backend_name in ("sentence-transformers", "sentence_transformers", "st"):
-            backend: EmbeddingBackend = SentenceTransformerBackend(
-                model, device=getattr(cfg, "device", "cpu") or "cpu",
-                batch_size=batch_size, max_length=max_length)
+            if runtime == "torch":
+                backend: EmbeddingBackend = SentenceTransformerBackend(
+                    model, device=getattr(cfg, "device", "cpu") or "cpu",
+                    batch_size=batch_size, max_length=max_length)
+            else:
+                export_dir = Path(cache_path).parent / "onnx" if cache_path else Path(".cache/onnx")
+                backend = OnnxBackend(model, export_dir, quantized=runtime == "onnx-int8",
+                                      batch_size=batch_size, max_length=max_length)
         elif backend_name == "openai":
             backend = OpenAIEmbeddingBackend(
                 model, base_url=getattr(cfg, "base_url", None),
@@ -350,6 +438,8 @@ class Embedder:
         return self.backend.dim
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors of ``texts`` in input order; each distinct text not in the cache is
+        embedded once, all of them in ONE backend call (the model batches them by length)."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -369,8 +459,16 @@ class Embedder:
         for h, t in zip(hashes, texts):
             if h not in known and h not in missing:
                 missing[h] = t
+        self.stats.requested += len(texts)
+        self.stats.distinct += len(known) + len(missing)
+        self.stats.cache_hits += len(known)
         if missing:
+            started, cpu = time.perf_counter(), time.process_time()
             fresh = _l2_normalize(self.backend.encode(list(missing.values())))
+            self.stats.encode_seconds += time.perf_counter() - started
+            self.stats.encode_cpu_seconds += time.process_time() - cpu
+            self.stats.encode_calls += 1
+            self.stats.encoded += len(missing)
             if fresh.shape[0] != len(missing):
                 raise RuntimeError(f"backend {self.model_id} returned {fresh.shape[0]} vectors "
                                    f"for {len(missing)} texts")

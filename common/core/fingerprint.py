@@ -6,9 +6,9 @@ fingerprint hashes all of them; it is printed beside every score, stored in ``me
 and a run directory refuses to resume (mix rows) under a different one.
 
 * The RUN fingerprint covers everything up to the answers: dataset sha256, the text of every
-  non-judge prompt, the partition/extract/plan/bridge/answer models and decoding parameters, and the
+  non-judge prompt, the partition/extract/plan/bridge/answer/memory models and decoding parameters, and the
   method sections of the config (episodes, extract, embedding model, index, plan, retrieve,
-  method). Question selection (limit, subset) is not part of it: a larger selection extends a
+  method, answer). Question selection (limit, subset) is not part of it: a larger selection extends a
   run, and every table states its k/n.
 * A JUDGE fingerprint adds the judge model, its decoding, its prompt texts and the benchmark's
   scoring policy (which categories count, how failures count) to the run fingerprint.
@@ -30,7 +30,7 @@ from common.core.prompts import PROMPT_DIR
 # Bump when a code change alters any artifact or score for the same config and data.
 PROTOCOL_VERSION = "2026.11.2"  # .2: bridges resolved in 06
 
-METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "plan", "retrieve", "method")
+METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "plan", "retrieve", "method", "answer")
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
 FILE = "fingerprint.json"
 
@@ -65,16 +65,28 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         "benchmark": cfg.benchmark,
         "dataset_sha256": dataset_sha256,
         "prompts": _prompt_hashes(judge=False),
-        "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer")},
-        "method": {s: _clean(dataclasses.asdict(getattr(cfg, s))) for s in METHOD_SECTIONS},
+        "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer", "memory")},
+        "method": {s: _method_section(cfg, s) for s in METHOD_SECTIONS},
     }
+
+
+def _method_section(cfg: Config, section: str) -> dict[str, Any]:
+    out = _clean(dataclasses.asdict(getattr(cfg, section)))
+    # embedding.runtime came later: its default (torch) is left out so that runs made before it
+    # keep their fingerprint; onnx vectors differ in the last digits, so it counts when set.
+    if section == "embedding" and out.get("runtime") == "torch":
+        del out["runtime"]
+    return out
 
 
 def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
     prompts = {k: v for k, v in _prompt_hashes(judge=True).items()
                if k == cfg.judge.prompt or (cfg.judge.prompt == "official" and k.startswith("judge_lme_"))}
-    return {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
-            "judge_prompts": prompts, "scoring_policy": policy}
+    out: dict[str, Any] = {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
+           "judge_prompts": prompts, "scoring_policy": policy}
+    if cfg.judge.runs != 1:  # only then: single-run fingerprints made before judge.runs stay valid
+        out["judge_runs"] = cfg.judge.runs
+    return out
 
 
 def short(components: dict[str, Any]) -> str:
@@ -120,3 +132,17 @@ def stored(run_dir: Path, key: str = "run") -> str | None:
         return None
     entry = json.loads(path.read_text(encoding="utf-8")).get(key)
     return entry["id"] if entry else None
+
+
+def imported(run_dir: Path) -> dict[str, Any] | None:
+    """The published source of an imported run (``common.pipeline.importer``), None for a run made here.
+
+    An imported run's RUN fingerprint hashes the source file and the published prompts instead of
+    this harness's settings; stages that would add answers to it are refused.
+    """
+    path = run_dir / FILE
+    if not path.exists():
+        return None
+    entry = json.loads(path.read_text(encoding="utf-8")).get("run") or {}
+    source = entry.get("components", {}).get("imported")
+    return source if isinstance(source, dict) else None

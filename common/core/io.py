@@ -59,6 +59,11 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def content_digest(obj: Any) -> str:
+    """Short content hash of an upstream row: a row whose input changed since it was made is stale."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:

@@ -4,8 +4,13 @@ Every chat or embedding call of every stage goes through here, so that caching, 
 concurrency, token accounting and secret handling are written once:
 
 * Any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama, llama.cpp): ``base_url`` per
-  role in the config, else ``$OPENAI_BASE_URL``, else OpenAI itself when ``$OPENAI_API_KEY``
-  is set. The key is read from the environment only and never stored anywhere.
+  role in the config (one URL or a list of replicas), else ``$OPENAI_BASE_URLS`` (comma-separated),
+  else ``$OPENAI_BASE_URL``, else OpenAI itself when ``$OPENAI_API_KEY`` is set. The key is read
+  from the environment only and never stored anywhere.
+* Several endpoints per role (``common.core.endpoints``): each request goes to the endpoint with
+  the fewest in flight, within that endpoint's own bound; one failing with connection errors is
+  set aside for ``cooldown`` seconds and the request retried elsewhere. The cache key names the
+  pool by its first endpoint, so it does not depend on which replica answered.
 * A persistent SQLite cache keyed by a hash of everything that changes the output (endpoint,
   model, messages, decoding parameters, response format), so reruns never pay twice; identical
   requests in flight at the same time are sent once (the others wait and read the cache).
@@ -14,6 +19,9 @@ concurrency, token accounting and secret handling are written once:
   that still fails raises ``LLMCallError`` whose ``cause`` names the class: ``http_<status>``,
   ``timeout``, ``connection``, ``bad_response`` or ``cache_miss``.
 * Every call returns a ``Completion`` carrying the cache key, token usage and latency.
+* ``llm.batch``: the calls of the offline roles go through the OpenAI Batch API instead
+  (``common.core.batch``): ``map`` runs rows in rounds, queued requests are sent as one batch
+  between rounds, and the replies land in the same cache under the same keys.
 * A call names the prompt template that produced its messages (``prompt_id``, the file stem in
   ``common/prompts/``); it travels as the HTTP header ``X-Prompt-Id`` for servers and proxies that
   route or log by prompt, and is not part of the request body, so it never changes the cache key.
@@ -42,6 +50,9 @@ from tenacity import (
     stop_after_attempt,
     wait_exponential_jitter,
 )
+
+from common.core.batch import BatchDeferred, Batcher, BatchOptions, Request
+from common.core.endpoints import BaseUrl, EndpointPool, EndpointSpec, parse_endpoints, split_env
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +86,7 @@ class RoleSettings:
 
     role: str
     model: str
-    base_url: Optional[str] = None
+    base_url: BaseUrl = None  # one URL, or replicas of the same model (``EndpointSpec``s)
     temperature: float = 0.0
     seed: Optional[int] = 42
     max_tokens: Optional[int] = None
@@ -93,10 +104,11 @@ class Completion:
     model: str
     usage: dict[str, int]
     latency: float
+    batch: bool = False  # answered through the Batch API in this run (priced at the batch rate)
 
     def record(self, prompt_id: str) -> dict[str, Any]:
         """The audit entry stored in artifact rows (no text: that is in the cache)."""
-        return {
+        entry = {
             "prompt_id": prompt_id,
             "model": self.model,
             "cache_key": self.cache_key,
@@ -104,22 +116,38 @@ class Completion:
             "usage": self.usage,
             "latency": round(self.latency, 4),
         }
+        if self.batch:
+            entry["batch"] = True
+        return entry
 
 
-def resolve_endpoint(settings: RoleSettings) -> tuple[str, str]:
-    """Return (base_url, api_key) for a role or raise ``EndpointNotConfigured``."""
+def resolve_endpoints(settings: RoleSettings) -> tuple[tuple[EndpointSpec, ...], str]:
+    """Return (endpoints, api_key) for a role or raise ``EndpointNotConfigured``.
+
+    Order: the role's ``base_url`` (config), ``$OPENAI_BASE_URLS``, ``$OPENAI_BASE_URL``, then
+    OpenAI itself when ``$OPENAI_API_KEY`` is set.
+    """
     key = os.environ.get("OPENAI_API_KEY", "")
-    base = settings.base_url or os.environ.get("OPENAI_BASE_URL", "")
+    base: Any = settings.base_url or split_env(os.environ.get("OPENAI_BASE_URLS", "")) \
+        or os.environ.get("OPENAI_BASE_URL", "")
+    where = f"models.{settings.role}.base_url" if settings.base_url else "OPENAI_BASE_URL(S)"
     if not base and key:
         base = OPENAI_DEFAULT_BASE_URL
     if not base:
         raise EndpointNotConfigured(
             f"no LLM endpoint for role '{settings.role}': export OPENAI_API_KEY (OpenAI) or "
-            "OPENAI_BASE_URL=http://host:port/v1 (vLLM, Ollama, llama.cpp), or set "
-            f"models.{settings.role}.base_url in the config"
+            "OPENAI_BASE_URL=http://host:port/v1 (vLLM, Ollama, llama.cpp; OPENAI_BASE_URLS=url1,url2 "
+            f"for replicas), or set models.{settings.role}.base_url in the config"
         )
     # Local servers accept any key; the SDK insists on a non-empty one.
-    return base.rstrip("/"), key or "EMPTY"
+    return parse_endpoints(base, where), key or "EMPTY"
+
+
+def resolve_endpoint(settings: RoleSettings) -> tuple[str, str]:
+    """Return (base_url, api_key) for a role or raise ``EndpointNotConfigured``; for several
+    endpoints, the first: the name of the pool in the cache key."""
+    specs, key = resolve_endpoints(settings)
+    return specs[0].url, key
 
 
 # --------------------------------------------------------------------------- cache
@@ -184,6 +212,7 @@ class CallStats:
     cached: int = 0
     failed: int = 0
     retries: int = 0
+    batch: int = 0  # calls answered through the Batch API
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latencies: list[float] = field(default_factory=list)
@@ -204,6 +233,7 @@ class CallStats:
             "latency_p50": pick(0.5) if pick else None,
             "latency_p95": pick(0.95) if pick else None,
             "failures": dict(self.failures),
+            **({"batch": self.batch} if self.batch else {}),
         }
 
 
@@ -269,13 +299,23 @@ class LLMClient:
         cache: ResponseCache,
         retry: RetryPolicy = RetryPolicy(),
         concurrency: int = 16,
+        cooldown: float = 30.0,
+        batch: Optional[BatchOptions] = None,
     ):
         self.roles = roles
         self.cache = cache
         self.retry = retry
-        self.concurrency = max(1, int(concurrency))
+        self.concurrency = max(1, int(concurrency))  # default bound of each endpoint
+        self.cooldown = float(cooldown)  # seconds an endpoint with connection errors is set aside
         self.stats: dict[str, CallStats] = {}
         self._clients: dict[tuple[str, float], openai.OpenAI] = {}
+        # One pool per distinct endpoint list: roles served by the same servers share their bounds.
+        self._pools: dict[tuple[EndpointSpec, ...], EndpointPool] = {}
+        self._rounds = 0  # > 0 while ``map`` runs rows in rounds (batch roles defer their calls)
+        self.batcher = Batcher(
+            batch, sdk=self._batch_sdk, call=self._retrying,
+            store=lambda key, request, text, usage: self.cache.put(key, request, text, usage, 0.0),
+        ) if batch and batch.roles else None
         self._lock = threading.Lock()
         self._inflight: dict[str, list[Any]] = {}  # cache key -> [lock, waiters]
 
@@ -301,6 +341,47 @@ class LLMClient:
                 )
                 self._clients[(base_url, timeout)] = cli
             return cli
+
+    def pool(self, role: str) -> tuple[EndpointPool, str]:
+        """The endpoint pool of a role and the API key (``EndpointNotConfigured`` if none)."""
+        specs, key = resolve_endpoints(self.settings(role))
+        with self._lock:
+            pool = self._pools.get(specs)
+            if pool is None:
+                pool = self._pools[specs] = EndpointPool(specs, self.concurrency, cooldown=self.cooldown)
+            return pool, key
+
+    def _batch_sdk(self, role: str, url: str) -> openai.OpenAI:
+        _, key = self.pool(role)
+        return self._client(url, key, self.settings(role).timeout)
+
+    def _retrying(self, fn: Callable[[], R]) -> R:
+        """One Batch/Files API call with the retry policy; a final failure is an ``LLMCallError``
+        (the stage stops with one line; a rerun re-attaches to what was submitted)."""
+        try:
+            for attempt in Retrying(
+                retry=retry_if_exception(_is_retryable), stop=stop_after_attempt(self.retry.max_attempts),
+                wait=wait_exponential_jitter(multiplier=self.retry.initial_wait, max=self.retry.max_wait,
+                                             jitter=self.retry.initial_wait),
+                reraise=True,
+            ):
+                with attempt:
+                    return _checked(fn)
+        except (openai.OpenAIError, BadResponse) as exc:
+            cause = _failure_cause(exc)
+            secret = os.environ.get("OPENAI_API_KEY", "")
+            raise LLMCallError(_scrub(f"batch API call failed ({cause}): {_one_line(exc)}", secret), cause) from None
+        raise AssertionError("unreachable: tenacity reraises")
+
+    def workers(self) -> int:
+        """Threads ``map`` runs: enough to fill the largest pool of any configured role."""
+        most = self.concurrency
+        for role in self.roles:
+            try:
+                most = max(most, self.pool(role)[0].capacity)
+            except (EndpointNotConfigured, ValueError):
+                continue
+        return most
 
     def _stat(self, role: str) -> CallStats:
         with self._lock:
@@ -330,6 +411,7 @@ class LLMClient:
         json_mode: bool = False,
         max_tokens: Optional[int] = None,
         prompt_id: Optional[str] = None,
+        repeat: int = 0,
     ) -> Completion:
         """One chat completion, served from the cache when the same request was made before.
 
@@ -337,22 +419,40 @@ class LLMClient:
         first argument; the repair template's id for a repair call). It is sent as the
         ``X-Prompt-Id`` header (none when None) and is not in the cache key: two calls that differ
         only in ``prompt_id`` share one cache entry. Every harness call site passes it.
+
+        ``repeat`` = i > 0 asks the same request an i-th independent time (repeated judging): the
+        seed becomes seed + i where one is set, and i enters the cache key, so an endpoint that
+        ignores seeds still gets N distinct cached calls. Repeat 0 is the ordinary call (its key
+        is unchanged, so existing caches stay valid).
         """
         settings = self.settings(role)
         if max_tokens is not None and settings.max_tokens is None:
             settings = _replace(settings, max_tokens=max_tokens)
-        base_url, api_key = resolve_endpoint(settings)
+        if repeat and settings.seed is not None:
+            settings = _replace(settings, seed=settings.seed + repeat)
+        pool, api_key = self.pool(role)
+        base_url = pool.identity  # not the endpoint that will answer: see common.core.endpoints
         body = self.request_body(settings, messages, json_mode)
         extra = dict(settings.extra_body)
-        key = cache_key({"base_url": base_url, **body, "extra_body": extra})
+        key = cache_key({"base_url": base_url, **body, "extra_body": extra, **({"repeat": repeat} if repeat else {})})
         stat = self._stat(role)
         with self._lock:
             stat.calls += 1
         headers = {PROMPT_ID_HEADER: prompt_id} if prompt_id else None  # not in ``key``
+        if self.batcher and role in self.batcher.roles and self._rounds and self.cache.mode != "ro":
+            done = self._from_batch(role, settings, key, stat)
+            if done is not None:
+                return done
+            hit = self.cache.get(key)
+            if hit is None and key not in self.batcher.live:
+                with self._lock:
+                    stat.calls -= 1  # counted when the batch has answered and the row runs again
+                self.batcher.defer(Request(role, key, prompt_id, base_url, {**body, **extra},
+                                           {"base_url": base_url, **body}))
         # Identical requests in flight at once (two questions with the same prompt, a stage and
         # a rerun sharing a cache) wait for the first: it is paid once, the others hit the cache.
         with self._single_flight(key):
-            return self._complete_locked(role, settings, base_url, api_key, body, extra, key, stat, headers)
+            return self._complete_locked(role, settings, pool, api_key, body, extra, key, stat, headers)
 
     @contextmanager
     def _single_flight(self, key: str) -> Iterator[None]:
@@ -369,7 +469,7 @@ class LLMClient:
                     del self._inflight[key]
 
     def _complete_locked(
-        self, role: str, settings: RoleSettings, base_url: str, api_key: str,
+        self, role: str, settings: RoleSettings, pool: EndpointPool, api_key: str,
         body: dict[str, Any], extra: dict[str, Any], key: str, stat: "CallStats",
         headers: Optional[dict[str, str]] = None,
     ) -> Completion:
@@ -385,7 +485,7 @@ class LLMClient:
                 stat.failed += 1
                 stat.failures["cache_miss"] = stat.failures.get("cache_miss", 0) + 1
             raise LLMCallError(f"cache miss in read-only mode (role {role})", "cache_miss")
-        client = self._client(base_url, api_key, settings.timeout)
+        base_url = pool.identity
         t0 = time.perf_counter()
 
         def _count_retry(state: RetryCallState) -> None:
@@ -405,9 +505,7 @@ class LLMClient:
                 reraise=True,
             ):
                 with attempt:
-                    resp = _checked(lambda: client.chat.completions.create(
-                        **body, extra_body=extra or None, extra_headers=headers))
-                    text = _reply_text(resp)
+                    resp, text = self._send(pool, api_key, settings.timeout, body, extra, headers)
         except (openai.OpenAIError, BadResponse) as exc:
             cause = _failure_cause(exc)
             with self._lock:
@@ -427,34 +525,122 @@ class LLMClient:
         self.cache.put(key, {"base_url": base_url, **body}, text, usage, latency)
         return Completion(text, key, False, settings.model, usage, latency)
 
+    def _from_batch(self, role: str, settings: RoleSettings, key: str, stat: CallStats) -> Optional[Completion]:
+        """This run's batch outcome of a request: its reply (paid, at the batch rate), or its failure."""
+        assert self.batcher is not None
+        result = self.batcher.results.get(key)
+        if result is not None:
+            with self._lock:
+                stat.batch += 1
+                stat.prompt_tokens += result.usage.get("prompt_tokens", 0)
+                stat.completion_tokens += result.usage.get("completion_tokens", 0)
+            # Latency 0: a batch reply's wait says nothing about the model (the ledger leaves it out).
+            return Completion(result.text, key, False, settings.model, result.usage, 0.0, batch=True)
+        failure = self.batcher.failures.get(key)
+        if failure is not None:
+            with self._lock:
+                stat.failed += 1
+                stat.failures[failure[0]] = stat.failures.get(failure[0], 0) + 1
+            message = _scrub(f"{role} call failed in a batch ({failure[0]}): {failure[1]}", self.pool(role)[1])
+            raise LLMCallError(message, failure[0])
+        return None
+
+    def _send(self, pool: EndpointPool, api_key: str, timeout: float, body: dict[str, Any],
+              extra: dict[str, Any], headers: Optional[dict[str, str]]) -> tuple[Any, str]:
+        """One attempt on the pool's least-busy endpoint; a connection error sets it aside, so the
+        retry of this request (and every other request meanwhile) goes to another endpoint."""
+        url = pool.acquire()
+        ok = refused = False
+        try:
+            client = self._client(url, api_key, timeout)
+            resp = _checked(lambda: client.chat.completions.create(
+                **body, extra_body=extra or None, extra_headers=headers))
+            text = _reply_text(resp)
+            ok = True
+            return resp, text
+        except openai.APIConnectionError as exc:
+            # A timeout is a slow answer, not a dead server: only refused/reset connections count.
+            refused = not isinstance(exc, openai.APITimeoutError)
+            raise
+        finally:
+            pool.release(url, ok=ok, connection_error=refused)
+
+    def endpoint_summary(self) -> dict[str, Any]:
+        """Per endpoint of every pool with more than one: requests served, connection failures, bound."""
+        with self._lock:
+            pools = list(self._pools.values())
+        return {u: v for p in pools if len(p.urls) > 1 for u, v in p.summary().items()}
+
     # ---- concurrency
     def map(
         self, fn: Callable[[T], R], items: list[T], *, desc: str = "", progress: bool = True
     ) -> Iterator[tuple[T, R]]:
-        """Apply ``fn`` to items with at most ``concurrency`` in flight; yield as completed.
+        """Apply ``fn`` to items with at most ``workers()`` in flight; yield as completed.
 
         Exceptions raised by ``fn`` propagate: stage functions turn call failures into
         recorded failure rows themselves, so an exception here is a bug, not a bad reply.
+        With batch roles, items whose calls were queued for a batch (``BatchDeferred``) are run
+        again once the batch has answered, until every item has yielded.
         """
         from tqdm import tqdm
 
         bar = tqdm(total=len(items), desc=desc, disable=not progress or len(items) < 2, leave=False)
+        todo = list(items)
         try:
-            if self.concurrency == 1 or os.environ.get("HARNESS_SERIAL") == "1":
-                for item in items:
-                    yield item, fn(item)
-                    bar.update(1)
-                return
-            with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-                futures = {pool.submit(fn, item): item for item in items}
-                for fut in as_completed(futures):
-                    yield futures[fut], fut.result()
-                    bar.update(1)
+            while todo:
+                deferred: list[T] = []
+                with self._in_rounds():
+                    for item, out in self._round(fn, todo):
+                        if isinstance(out, BatchDeferred):
+                            deferred.append(item)
+                            continue
+                        yield item, out
+                        bar.update(1)
+                if deferred:
+                    assert self.batcher is not None  # only batch roles defer
+                    self.batcher.flush()
+                todo = deferred
         finally:
             bar.close()
 
+    @contextmanager
+    def _in_rounds(self) -> Iterator[None]:
+        with self._lock:
+            self._rounds += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._rounds -= 1
+
+    def _round(self, fn: Callable[[T], R], items: list[T]) -> Iterator[tuple[T, Any]]:
+        def run(item: T) -> Any:
+            try:
+                return fn(item)
+            except BatchDeferred as deferred:
+                return deferred
+
+        if self.workers() == 1 or os.environ.get("HARNESS_SERIAL") == "1":
+            for item in items:
+                yield item, run(item)
+            return
+        with ThreadPoolExecutor(max_workers=self.workers()) as pool:
+            futures = {pool.submit(run, item): item for item in items}
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+
     def summary(self) -> dict[str, Any]:
-        return {role: s.summary() for role, s in sorted(self.stats.items())}
+        out = {role: s.summary() for role, s in sorted(self.stats.items())}
+        for role, entry in out.items():
+            try:
+                pool = self.pool(role)[0]
+            except (EndpointNotConfigured, KeyError, ValueError):
+                continue
+            if len(pool.urls) > 1:  # which replica served how many (manifests of pooled runs)
+                entry["endpoints"] = pool.summary()
+            if self.batcher and self.batcher.summary(role):
+                entry["batches"] = self.batcher.summary(role)
+        return out
 
 
 @functools.lru_cache(maxsize=8)

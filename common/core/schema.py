@@ -229,6 +229,7 @@ class PlanRow:
     plan: Plan
     vocabulary_size: int = 0  # properties shown to the planner
     vocabulary_total: int = 0  # properties in the index
+    vocabulary_left_out: int = 0  # least frequent properties cut to fit plan.vocabulary_tokens / vocabulary_max
     repaired: bool = False
     fallback_used: bool = False
     error: str = ""
@@ -283,6 +284,8 @@ class RetrievalRow:
     fallback_used: bool = False  # a bridge call failed or its reply stayed invalid (value "")
     error: str = ""  # the first such bridge error
     llm_calls: list[dict[str, Any]] = field(default_factory=list)
+    # Per route (structured/lexical/dense/neighbor): episodes and tokens in the buffer; scope, caps.
+    contributions: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- 07 answer
@@ -318,3 +321,9 @@ class JudgeRow:
     latency: float = 0.0
     cached: bool = False
     input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)
+    # judge.runs > 1: one label per judge run (run i sent with seed 42+i); ``label`` is then their
+    # majority (None when a run failed). Empty for a single run: ``label`` is that run's label.
+    labels: list[Optional[int]] = field(default_factory=list)
+    # data.errata: the same answer judged against the corrected golden answer (only for questions
+    # whose golden answer the audit corrected): {answer, label, labels, error}.
+    corrected: Optional[dict[str, Any]] = None

@@ -40,6 +40,8 @@ from common.demo.local_llm import LocalEndpoint, LocalModelError
 from common.pipeline.engine import Run, StageFailed, run_pipeline
 from common.pipeline.graph import llm_stages
 from common.pipeline.ledger import row_failure
+from common.report.html import build as build_report
+from common.systems.base import PROTOCOL_STAGES
 
 DEMO_CONFIG = "configs/demo.yaml"
 SAMPLE_PATH = REPO_ROOT / "configs" / "demo_sample_conversation.json"
@@ -147,7 +149,7 @@ def stage_counts(run_dir: Path, judge: str) -> list[dict[str, Any]]:
         llm = _manifest(run_dir, stage).get("llm", {})
         out.append({"stage": stage, "rows": len(rows), "repaired": sum(1 for r in rows if r.get("repaired")),
                     "failed": sum(1 for r in rows if row_failure(r)),
-                    "kind": "fallback" if node.memory_stage else "failed",
+                    "kind": "failed" if node.name in PROTOCOL_STAGES else "fallback",
                     "calls": llm.get("calls", 0), "cached": llm.get("cached", 0), "call_failures": llm.get("failed", 0),
                     "completion_tokens": llm.get("completion_tokens", 0),
                     "seconds": _manifest(run_dir, stage).get("wall_seconds")})
@@ -191,7 +193,8 @@ def artifact_paths(run_dir: Path) -> list[Path]:
 
 # ----------------------------------------------------------------------------- main
 def _endpoint_of(cfg: Config) -> tuple[str, int]:
-    url = urlsplit(cfg.role("partition").base_url or "")
+    base = cfg.role("partition").base_url
+    url = urlsplit(base if isinstance(base, str) else "")  # the demo serves one local endpoint, never a list
     if url.scheme != "http" or not url.hostname or not url.port:
         raise ConfigError("models.default.base_url: the demo needs http://host:port/v1 for its local server")
     return url.hostname, url.port
@@ -269,6 +272,8 @@ def run_demo(args: argparse.Namespace) -> int:
           + ("" if args.endpoint else f"; server log: {_show(log_path)}"))
     print(f"\nwall time: {time.time() - started:.0f} s")
     print("\n" + DISCLAIMER)
+    # Last, so it is the line a user sees: every question of the run, opened in a browser.
+    print(f"\nper-question report (open in a browser): {_show(build_report(run.dir))}")
     return 0
 
 

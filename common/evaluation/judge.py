@@ -7,6 +7,7 @@ failure (label None), which strict accuracy counts as wrong and never drops.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable
 
 from common.core import prompts
@@ -34,18 +35,35 @@ def parse_label(text: str) -> int:
     return LABELS[label]
 
 
+_SLOT_RE = re.compile(r"\{(question|gold_answer|generated_answer)\}")
+
+
+def fill_prompt(prompt_id: str, question: str, gold: str, answer: str) -> str:
+    """The judge prompt with its three slots filled in ONE pass, as mem0's ``str.format`` does.
+
+    ``prompts.fill`` replaces slots one after another, so an answer or question holding the text
+    ``{gold_answer}`` would be substituted again; here a filled value is never rescanned.
+    """
+    text = prompts.load(prompt_id)
+    values = {"question": str(question), "gold_answer": str(gold), "generated_answer": str(answer)}
+    for name in values:
+        if "{" + name + "}" not in text:
+            raise KeyError(f"prompt '{prompt_id}' has no slot {{{name}}}")
+    return _SLOT_RE.sub(lambda m: values[m.group(1)], text)
+
+
 def judge_messages(prompt_id: str, question: str, gold: str, answer: str) -> list[dict[str, str]]:
-    content = prompts.fill(prompt_id, question=question, gold_answer=gold, generated_answer=answer)
-    return [{"role": "user", "content": content}]
+    return [{"role": "user", "content": fill_prompt(prompt_id, question, gold, answer)}]
 
 
 def run_judge(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow,
               messages: Callable[[], list[dict[str, str]]], parse: Callable[[str], int],
-              **complete_kw: Any) -> JudgeRow:
+              repeat: int = 0, **complete_kw: Any) -> JudgeRow:
     """One judge call with the failure discipline every benchmark shares.
 
     A missing or empty answer makes no request; a failed call or an unparsable reply gives label None
-    with its cause in ``error`` (counted wrong in strict accuracy, never dropped).
+    with its cause in ``error`` (counted wrong in strict accuracy, never dropped). ``repeat`` = i
+    is judge run i of ``judge.runs`` (seed 42+i, its own cache entry; 0 = the ordinary call).
     """
     settings = client.settings("judge")
     row = JudgeRow(qid=answer.qid, judge=name, judge_model=settings.model, prompt_id=prompt_id, label=None)
@@ -53,6 +71,8 @@ def run_judge(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow,
         row.error = f"no_answer: {answer.error or ('empty_answer' if answer.answer == '' else 'answer stage failed')}"
         return row
     try:
+        if repeat:  # only repeated runs pass it: run 0 is the same request as before
+            complete_kw["repeat"] = repeat
         c = client.complete("judge", messages(), prompt_id=prompt_id, **complete_kw)
     except LLMCallError as exc:
         row.error = f"{exc.cause}: {exc}"
@@ -66,8 +86,9 @@ def run_judge(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow,
     return row
 
 
-def judge_answer(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow, gold: Gold) -> JudgeRow:
+def judge_answer(client: LLMClient, name: str, prompt_id: str, answer: AnswerRow, gold: Gold,
+                 repeat: int = 0) -> JudgeRow:
     """The LoCoMo (Memora/mem0) judge: JSON mode, strict CORRECT/WRONG label."""
     return run_judge(client, name, prompt_id, answer,
                      lambda: judge_messages(prompt_id, answer.question, gold.answer, answer.answer or ""),
-                     parse_label, json_mode=True)
+                     parse_label, repeat=repeat, json_mode=True)

@@ -41,12 +41,16 @@ _SLOT_RE = re.compile(r"\{(question|answer|response)\}")
 def template_id(question_type: str, question_id: str) -> str:
     """The prompt id for one question; ``_abs`` in the id selects abstention whatever the type.
 
-    An unknown type raises ``ValueError`` (the official code raises NotImplementedError), even
-    for an ``_abs`` id, so a malformed gold row never passes silently.
+    As the official ``get_anscheck_prompt``: the abstention branch is taken before the type is
+    looked at, so an ``_abs`` item of any type (an unknown one included) gets the abstention
+    template; a non-abstention item of an unknown type raises ``ValueError`` (officially
+    NotImplementedError).
     """
+    if "_abs" in question_id:
+        return ABSTENTION
     if question_type not in TEMPLATE_BY_TYPE:
         raise ValueError(f"unknown LongMemEval question_type {question_type!r}")
-    return ABSTENTION if "_abs" in question_id else TEMPLATE_BY_TYPE[question_type]
+    return TEMPLATE_BY_TYPE[question_type]
 
 
 def fill_template(prompt_id: str, question: str, answer: str, response: str) -> str:
@@ -81,7 +85,7 @@ def strict_label(reply: Optional[str]) -> Optional[int]:
     return {"yes": 1, "no": 0}.get(s)
 
 
-def judge_answer_lme(client: LLMClient, name: str, answer: AnswerRow, gold: Gold) -> JudgeRow:
+def judge_answer_lme(client: LLMClient, name: str, answer: AnswerRow, gold: Gold, repeat: int = 0) -> JudgeRow:
     """Judge one answer with the official template for ``gold.question_type`` / ``gold.qid``.
 
     Mirrors ``common.evaluation.judge.judge_answer``: a missing answer makes no request (label None, error
@@ -91,4 +95,4 @@ def judge_answer_lme(client: LLMClient, name: str, answer: AnswerRow, gold: Gold
     prompt_id = template_id(gold.question_type, gold.qid)
     return run_judge(client, name, prompt_id, answer,
                      lambda: judge_messages(prompt_id, answer.question, gold.answer, answer.answer or ""),
-                     official_label, json_mode=False, max_tokens=MAX_TOKENS)
+                     official_label, repeat=repeat, json_mode=False, max_tokens=MAX_TOKENS)

@@ -18,13 +18,20 @@ from common.core.io import read_jsonl
 from common.core.schema import Gold, Session, from_dict
 from common.core.tabular import describe, format_accuracy, write_table
 from common.evaluation.judge_lme import judge_answer_lme, strict_label
-from common.evaluation.metrics import longmemeval_retrieval_metrics, retrieval_skip_reason
+from common.evaluation.loss import decompose as loss_decomposition
+from common.evaluation.metrics import (
+    buffer_contribution_stats,
+    longmemeval_retrieval_metrics,
+    retrieval_skip_reason,
+    unit_session_metrics,
+)
+from common.evaluation.repeats import describe_runs, n_runs, row_labels, runs_block
 from common.evaluation.scoring import failure_cause, judge_block, score_note, summarize
 
 
-def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold) -> Any:
+def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold, repeat: int = 0) -> Any:
     """The official LongMemEval checker (``common.evaluation.judge_lme``); its template is chosen per item."""
-    return judge_answer_lme(client, name, answer, gold)
+    return judge_answer_lme(client, name, answer, gold, repeat=repeat)
 
 
 def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
@@ -35,7 +42,7 @@ def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
         sessions[s["memory_id"]].append(from_dict(Session, s))
     # Baselines build no episodes: their ranking is the buffer's turns (see below).
     episodes = {e["episode_id"]: e for r in read_jsonl(run.path("episodes"), missing_ok=True) for e in r["episodes"]}
-    rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
+    rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"), missing_ok=True)}  # none when imported
     out: dict[str, dict[str, Any]] = {}
     for g in read_jsonl(run.path("gold")):
         gold = Gold(**g)
@@ -53,18 +60,30 @@ def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
             session_of = {t.dia_id: x.session_id for x in sessions[gold.memory_id] for t in x.turns}
             ranked = [{"session_id": session_of[d], "dia_ids": [d]} for d in order if d in session_of]
         source = {x.session_id: x.source_id or x.session_id for x in sessions[gold.memory_id]}
-        ranked_sessions = list(dict.fromkeys(official_session_id(source[e["session_id"]]) for e in ranked))
+        unit_sessions = [official_session_id(source[e["session_id"]]) for e in ranked]
         ranked_turns = [rg.turn_id_of[d] for e in ranked for d in e["dia_ids"] if d in rg.turn_id_of]
-        out[gold.qid] = longmemeval_retrieval_metrics(
-            ranked_sessions, ranked_turns, rg.corpus_session_ids, set(rg.relevant_sessions),
+        # The harness's own variant: distinct sessions in first-seen order ("session_dedup").
+        metrics = longmemeval_retrieval_metrics(
+            list(dict.fromkeys(unit_sessions)), ranked_turns, rg.corpus_session_ids, set(rg.relevant_sessions),
             rg.corpus_turn_ids, set(rg.relevant_turns))
+        metrics["session_dedup"] = metrics.pop("session")
+        # Official: one entry per retrieved unit, repeated sessions counted (metrics.unit_session_metrics);
+        # the corpus is every unit of the memory (episodes; single turns for baselines).
+        if ret["selected"]:
+            corpus_units = [official_session_id(source[e["session_id"]]) for e in episodes.values()
+                            if e["memory_id"] == gold.memory_id]
+        else:
+            corpus_units = [official_session_id(source[x.session_id]) for x in sessions[gold.memory_id]
+                            for _ in x.turns]
+        metrics["session"] = unit_session_metrics(unit_sessions, corpus_units, set(rg.relevant_sessions))
+        out[gold.qid] = metrics
     return out
 
 
 def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
 
     gold = [Gold(**g) for g in read_jsonl(run.path("gold"))]
-    rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"))}
+    rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"), missing_ok=True)}
     out: dict[str, Any] = {"benchmark": "longmemeval", "run": run.cfg.run.name, "config": "config.resolved.yaml",
                            "questions": {"total": len(gold), "abstention": sum(g.abstention for g in gold),
                                          "by_type": {t: sum(g.question_type == t for g in gold)
@@ -91,6 +110,13 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
             "by_type": by_type,
             "failures": block["failures"], "failures_total": block["failures_total"],
         }
+        runs = n_runs(list(rows.values()))
+        if runs > 1:  # judge.runs > 1 or an imported run with several published labels per answer
+            rb = runs_block([{"type": g.question_type, "labels": row_labels(rows.get(g.qid), runs)} for g in gold],
+                            "type", runs)
+            out["judges"][j]["runs"] = {"n_runs": runs, "std_kind": rb["std_kind"], "overall": rb["overall"],
+                                        "by_type": rb["by_group"],
+                                        "label": "the row label is the majority vote of the runs"}
     per_q = retrieval_rows(run)
     scored = [m for m in per_q.values() if "skipped" not in m]
     summary: dict[str, Any] = {"n": len(scored), "skipped": defaultdict(int)}
@@ -98,11 +124,13 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
         if "skipped" in m:
             summary["skipped"][m["skipped"]] += 1
     summary["skipped"] = dict(summary["skipped"])
-    for level in ("session", "turn", "turn_as_session"):
+    for level in ("session", "session_dedup", "turn", "turn_as_session"):
         keys = scored[0][level].keys() if scored else []
         summary[level] = {k: round(sum(m[level][k] for m in scored) / len(scored), 4) for k in keys}
     out["retrieval"] = summary
     out["buffer_tokens"] = describe([float(r["buffer_tokens"]) for r in rets.values()])
+    out["buffer"] = buffer_contribution_stats(rets.values())
+    out["loss"] = loss_decomposition(run.dir, judges)  # where the points went (common.evaluation.loss)
     return out
 
 
@@ -120,5 +148,7 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
         row["Overall (strict yes/no)"] = format_accuracy(m["overall_strict_parse"])
         title = (f"LongMemEval accuracy (official checker, judge {m['judge_model']}; label = 'yes' in reply, "
                  f"strict parse beside; failed judgments count as wrong)\n\n{score_note(metrics, j)}")
+        if "runs" in m:
+            title += f"\n\n{describe_runs(m['runs'])}"
         paths += write_table([row], run.dir / f"table_{j}.md", title)
     return paths

@@ -20,10 +20,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, TypedDict
 
+import regex
 from nltk.stem import PorterStemmer
 
-# Upstream treats "and" like an article, so "cats and dogs" matches "dogs, cats".
-_ARTICLES = re.compile(r"\b(a|an|the|and)\b")
+# Upstream treats "and" like an article, so "cats and dogs" matches "dogs, cats". Compiled with
+# the third-party ``regex`` module, as upstream does: its word boundaries differ from ``re``'s
+# next to combining marks (part of a word in ``regex``), superscripts and vulgar fractions (not
+# part of a word in ``regex``), so "the½" loses its article only with ``regex``.
+_ARTICLES = regex.compile(r"\b(a|an|the|and)\b")
 _PUNCTUATION = frozenset(string.punctuation)
 # Category 5 (adversarial) is scored by whether the model refuses, with these exact phrases.
 _REFUSALS = ("no information available", "not mentioned")
@@ -116,6 +120,59 @@ def evidence_recall(gold_ids: Sequence[str], retrieved_ids: Iterable[str]) -> fl
         return None
     retrieved = {part.strip() for entry in retrieved_ids for part in entry.split(",")}
     return sum(1 for gid in gold_ids if gid in retrieved) / len(gold_ids)
+
+
+def evidence_recall_official(raw_evidence: Sequence[str], retrieved_ids: Iterable[str]) -> float:
+    """LoCoMo's per-question evidence recall exactly as upstream ``eval_question_answering`` scores it.
+
+    Differences from ``evidence_recall`` (the harness's cleaned variant): a question without
+    gold evidence scores 1.0 (it stays in the mean), and the gold entries are the file's raw
+    ``evidence`` strings, compared as they are (a malformed entry such as "D8:6; D9:17" never
+    matches). Retrieved entries that hold comma-joined ids are split, as upstream's RAG context
+    builder does. Turn-level mode only (the harness never retrieves "S..." session summaries).
+    """
+    if len(raw_evidence) == 0:
+        return 1.0
+    retrieved = {part.strip() for entry in retrieved_ids for part in entry.split(",")}
+    return sum(1 for ev in raw_evidence if ev in retrieved) / len(raw_evidence)
+
+
+def evidence_recall_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Both evidence recalls of a run, under names that say which is which.
+
+    Each row holds ``cat`` (category name), ``scored`` (True for the categories the accuracy
+    table scores), ``raw_n`` (number of raw evidence entries), ``official``
+    (``evidence_recall_official``) and ``cleaned`` (``evidence_recall``, None without gold evidence).
+
+    * ``evidence_recall_official``: the mean of the official per-question values over every
+      question the official script scores (all categories, 5 included; questions without
+      evidence count 1.0, the value ``eval_question_answering`` gives them), overall and per
+      category. Upstream's ``evaluation_stats.analyze_acc`` sums recall only over questions with
+      evidence while dividing by all of them, i.e. scores those 0; with 4 such questions in
+      LoCoMo the two readings differ by at most 4/1,986 overall.
+    * ``evidence_recall_cleaned``: the harness's variant over the scored categories, questions
+      without gold evidence left out of the mean and counted in ``no_gold_evidence``.
+    """
+    rows = list(rows)
+
+    def mean(values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    cats = sorted({r["cat"] for r in rows})
+    have = [r for r in rows if r["scored"] and r["cleaned"] is not None]
+    return {
+        "evidence_recall_official": {
+            "overall": mean([r["official"] for r in rows]), "n": len(rows),
+            "no_gold_evidence_scored_1": sum(1 for r in rows if r["raw_n"] == 0),
+            "by_category": {c: mean([r["official"] for r in rows if r["cat"] == c]) for c in cats},
+        },
+        "evidence_recall_cleaned": {
+            "overall": mean([r["cleaned"] for r in have]), "n": len(have),
+            "no_gold_evidence": sum(1 for r in rows if r["scored"] and r["cleaned"] is None),
+            "by_category": {c: mean([r["cleaned"] for r in have if r["cat"] == c])
+                            for c in sorted({r["cat"] for r in have})},
+        },
+    }
 
 
 class AccuracySummary(TypedDict):
@@ -265,15 +322,51 @@ def turn_to_session_ranking(ranked_turn_ids: Sequence[str], k: int) -> list[str]
         Upstream grows ``k_eff`` into the rest of its full corpus ranking; with a shorter list
         the metrics should be cut at ``max(k, len(result))`` (unreturned turns count as misses).
     """
+    return widen_to_sessions([turn_session_id(t) for t in ranked_turn_ids], k)
+
+
+def widen_to_sessions(ranked_unit_sessions: Sequence[str], k: int) -> list[str]:
+    """The session of each ranked unit (turn, episode), cut where ``k`` distinct sessions are covered.
+
+    Upstream ``evaluate_retrieval_turn2session``: ``k_eff`` starts at ``k`` and grows until the
+    first ``k_eff`` units cover ``k`` distinct sessions, or the list ends. Repeats are kept.
+    """
     _check_k(k)
-    mapped = [turn_session_id(t) for t in ranked_turn_ids]
     seen: set[str] = set()
     k_eff = 0
-    for k_eff, session in enumerate(mapped, start=1):
+    for k_eff, session in enumerate(ranked_unit_sessions, start=1):
         seen.add(session)
         if k_eff >= k and len(seen) >= k:
             break
-    return mapped[:k_eff]
+    return list(ranked_unit_sessions[:k_eff])
+
+
+def unit_session_metrics(
+    ranked_unit_sessions: Sequence[str],
+    corpus_unit_sessions: Sequence[str],
+    relevant_sessions: Iterable[str],
+    ks: Iterable[int] = LME_KS,
+) -> dict[str, float]:
+    """Session-level metrics of a ranking of sub-session units, repeated session ids counted.
+
+    The harness retrieves episodes (or, for baselines, turns), several of which may come from one
+    session. Upstream's only rule for units finer than a session is ``evaluate_retrieval_turn2session``:
+    every unit is mapped to its session WITHOUT de-duplication, ``k`` widens until ``k`` distinct
+    sessions are covered, and ``ndcg_any`` scores every position (a second episode of a relevant
+    session counts again), its ideal taken over the corpus of units mapped to sessions.
+
+    Args:
+        ranked_unit_sessions: The official session id of each retrieved unit, best first.
+        corpus_unit_sessions: The official session id of every unit of the memory.
+        relevant_sessions: The relevant (answer) sessions.
+    """
+    relevant = set(relevant_sessions)
+    out: dict[str, float] = {}
+    for k in ks:
+        mapped = widen_to_sessions(ranked_unit_sessions, k)
+        scores = _three(mapped, relevant, max(k, len(mapped)), corpus_unit_sessions)
+        out.update({name.split("@")[0] + f"@{k}": v for name, v in scores.items()})
+    return out
 
 
 def retrieval_skip_reason(gold_abstention: bool, user_has_answer_count: int) -> str | None:
@@ -353,4 +446,54 @@ def longmemeval_retrieval_metrics(
         k_eff = max(k, len(mapped))
         scores = _three(mapped, rel_turn_sessions, k_eff, mapped_corpus)
         out["turn_as_session"].update({name.replace(f"@{k_eff}", f"@{k}"): v for name, v in scores.items()})
+    return out
+
+
+# ----------------------------------------------------------------------------- evidence buffer size
+PAPER_MEAN_CONTEXT_TOKENS = 7470  # EnSIMem Table 3: mean answer-context tokens on LoCoMo (o200k_base)
+
+
+def _distribution(values: Sequence[float]) -> dict[str, float | int | None]:
+    """n, mean, p50, p95 (linear interpolation, as the ledger's latencies) and max."""
+    if not values:
+        return {"n": 0, "mean": None, "p50": None, "p95": None, "max": None}
+    ordered = sorted(float(v) for v in values)
+
+    def pct(q: float) -> float:
+        pos = (len(ordered) - 1) * q / 100
+        lo = math.floor(pos)
+        hi = min(lo + 1, len(ordered) - 1)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    return {"n": len(ordered), "mean": round(sum(ordered) / len(ordered), 4), "p50": round(pct(50), 4),
+            "p95": round(pct(95), 4), "max": round(ordered[-1], 4)}
+
+
+def buffer_contribution_stats(retrieval_rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What reached the answer model, per plan scope and per route, beside the paper's 7,470 tokens.
+
+    Reads the 06 rows' ``buffer_tokens`` (the rendered buffer) and ``contributions`` (episodes and
+    tokens each route put in it; rows without them, e.g. baselines, count under their scope with
+    no routes). For each scope (and ``all``): the distribution (n, mean, p50, p95, max) of buffer
+    tokens and episodes, and per route of the episodes and tokens it contributed (0 when absent),
+    plus how many episodes the harness's caps dropped.
+    """
+    rows = list(retrieval_rows)
+    groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups["all"].append(r)
+        groups[str((r.get("contributions") or {}).get("scope") or r.get("scope") or "none")].append(r)
+    out: dict[str, Any] = {"paper_mean_context_tokens": PAPER_MEAN_CONTEXT_TOKENS, "by_scope": {}}
+    for scope in sorted(groups, key=lambda s: (s != "all", s)):
+        rs = groups[scope]
+        contrib = [r.get("contributions") or {} for r in rs]
+        routes = sorted({route for c in contrib for route in (c.get("routes") or {})})
+        out["by_scope"][scope] = {
+            "buffer_tokens": _distribution([float(r.get("buffer_tokens") or 0) for r in rs]),
+            "episodes": _distribution([float(len(r.get("episode_ids") or [])) for r in rs]),
+            "dropped_by_caps": sum(int(c.get("dropped_by_caps") or 0) for c in contrib),
+            "routes": {route: {k: _distribution([float(((c.get("routes") or {}).get(route) or {}).get(k, 0))
+                                                 for c in contrib]) for k in ("episodes", "tokens")}
+                       for route in routes},
+        }
     return out

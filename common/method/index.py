@@ -98,23 +98,35 @@ class MemoryIndex:
         )
 
 
-def _encode_unique(embedder: Any, texts: list[str], dim: int) -> np.ndarray:
-    """Embed distinct non-empty texts once; empty texts get zero vectors (never match)."""
-    uniq = sorted({t for t in texts if t})
-    vecs = embedder.encode(uniq) if uniq else np.zeros((0, dim), dtype=np.float32)
-    pos = {t: i for i, t in enumerate(uniq)}
-    out = np.zeros((len(texts), dim), dtype=np.float32)
-    for i, t in enumerate(texts):
-        if t:
-            out[i] = vecs[pos[t]]
+def _encode_all(embedder: Any, groups: list[list[str]]) -> list[np.ndarray]:
+    """Vectors of every group of texts from ONE encode call (empty texts: zero rows, never match).
+
+    Chunks and the four record fields of a memory go to the model together: each distinct text
+    is embedded once whatever field or chunk it occurs in, the cache is read once, and the
+    model gets one long list to batch by length instead of five short ones. The model is only
+    loaded when some text is missing from the cache: its dimension comes from the vectors.
+    """
+    flat = [t for g in groups for t in g if t]
+    vecs = embedder.encode(flat) if flat else None
+    dim = int(vecs.shape[1]) if vecs is not None else embedder.dim
+    out, k = [], 0
+    for g in groups:
+        block = np.zeros((len(g), dim), dtype=np.float32)
+        for i, t in enumerate(g):
+            if t:
+                assert vecs is not None
+                block[i] = vecs[k]
+                k += 1
+        out.append(block)
     return out
 
 
-def build_index(view: MemoryView, episodes: list[Episode], records: list[Record], embedder: Any,
-                chunk_turns: int = 4, chunk_stride: int = 3, include_images: bool = True) -> MemoryIndex:
+def index_texts(view: MemoryView, episodes: list[Episode], records: list[Record], chunk_turns: int = 4,
+                chunk_stride: int = 3, include_images: bool = True) -> tuple[list[Episode], list[str], list[int],
+                                                                              dict[str, list[str]]]:
+    """What the index embeds: episodes in conversation order, chunk texts and their episode
+    positions, and per embedded field one text per record ("" for an empty field)."""
     episodes = sorted(episodes, key=lambda e: view.position[e.dia_ids[0]])
-    vocab = Counter(r.property for r in records)
-    doc_tokens = [tokens(view.episode_text(e, include_images)) for e in episodes]
     chunk_texts, chunk_episode = [], []
     for pos, ep in enumerate(episodes):
         turns = view.episode_turns(ep)
@@ -122,15 +134,22 @@ def build_index(view: MemoryView, episodes: list[Episode], records: list[Record]
             chunk_texts.append(episode_header(ep) + f"\nTheme: {ep.theme}\n"
                                + render_turns(turns[i:j], include_images))
             chunk_episode.append(pos)
-    dim = embedder.dim
-    chunk_vecs = embedder.encode(chunk_texts) if chunk_texts else np.zeros((0, dim), np.float32)
-    field_vecs = {f: _encode_unique(embedder, [field_text(f, getattr(r, f)) for r in records], dim)
-                  for f in EMBEDDED_FIELDS}
+    fields = {f: [field_text(f, getattr(r, f)) for r in records] for f in EMBEDDED_FIELDS}
+    return episodes, chunk_texts, chunk_episode, fields
+
+
+def build_index(view: MemoryView, episodes: list[Episode], records: list[Record], embedder: Any,
+                chunk_turns: int = 4, chunk_stride: int = 3, include_images: bool = True) -> MemoryIndex:
+    episodes, chunk_texts, chunk_episode, fields = index_texts(view, episodes, records, chunk_turns,
+                                                               chunk_stride, include_images)
+    vocab = Counter(r.property for r in records)
+    doc_tokens = [tokens(view.episode_text(e, include_images)) for e in episodes]
+    chunk_vecs, *field_blocks = _encode_all(embedder, [chunk_texts, *fields.values()])
     return MemoryIndex(
         memory_id=view.memory_id, episodes=episodes, records=records,
         vocabulary=dict(sorted(vocab.items(), key=lambda kv: (-kv[1], kv[0]))),
         doc_tokens=doc_tokens, chunk_episode=chunk_episode, chunk_vecs=np.asarray(chunk_vecs, np.float32),
-        field_vecs=field_vecs, embedding_model=embedder.model_id,
+        field_vecs=dict(zip(fields, field_blocks)), embedding_model=embedder.model_id,
     )
 
 

@@ -1,8 +1,8 @@
 """Stage 05: the requirement-aware planner (paper eq. 4, Appendix E.2).
 
-The planner sees the question, its date, and the memory's observed property vocabulary
-(bounded to the ``vocabulary_max`` most frequent properties, so the prompt does not grow with
-the memory: the authors' code injects the full list, which can run to thousands of labels).
+The planner sees the question, its date, and the memory's observed property vocabulary: every
+property, alphabetical, as the authors' code injects it; the least frequent are left out only
+above a token budget (``plan.vocabulary_tokens``), and the plan row counts them.
 Replies are normalized and validated; a bad reply gets one repair call, then a recorded
 deterministic fallback plan built from the question's own words.
 """
@@ -17,6 +17,7 @@ from common.core.llm import LLMCallError, LLMClient, parse_json_object
 from common.core.repair import complete_with_repair, fallback_error
 from common.core.schema import Anchor, Bridge, Hop, Plan, PlanRow, Question, to_dict
 from common.core.text import ENTITY_TYPES, content_tokens, normalize_condition, normprop
+from common.core.tokens import count_tokens
 from common.method.bridge import PLACEHOLDER
 from common.method.extract import granularity_policy
 
@@ -33,12 +34,34 @@ class PlanError(ValueError):
     pass
 
 
-def vocabulary_text(vocabulary: dict[str, int], limit: int) -> tuple[str, int]:
-    """The ``limit`` most frequent properties (ties alphabetical), comma-separated."""
-    items = sorted(vocabulary.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
-    if not items:
+def vocabulary_text(vocabulary: dict[str, int], limit: Optional[int] = None,
+                    max_tokens: Optional[int] = None) -> tuple[str, int]:
+    """Every observed property, alphabetical and comma-separated, as the authors inject it.
+
+    Only when the list would exceed ``limit`` properties or ``max_tokens`` o200k tokens are the
+    least frequent properties left out (ties: alphabetically last first); returns the text and
+    the number of properties shown.
+    """
+    by_freq = [k for k, _ in sorted(vocabulary.items(), key=lambda kv: (-kv[1], kv[0]))]
+    if limit is not None:
+        by_freq = by_freq[:limit]
+
+    def text(n: int) -> str:
+        return ", ".join(sorted(by_freq[:n]))
+
+    n = len(by_freq)
+    if max_tokens is not None and n and count_tokens(text(n)) > max_tokens:
+        lo, hi = 0, n  # the longest prefix (by frequency) whose text fits: tokens grow with n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if count_tokens(text(mid)) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        n = lo
+    if n == 0:
         return "(no properties indexed yet)", 0
-    return ", ".join(k for k, _ in items), len(items)
+    return text(n), n
 
 
 def plan_messages(question: Question, vocab_text: str, granularity: str) -> list[dict[str, str]]:
@@ -141,11 +164,12 @@ def fallback_plan(question: str) -> Plan:
 
 
 def plan_question(client: LLMClient, question: Question, vocabulary: dict[str, int], *,
-                  granularity: str, vocabulary_max: int) -> PlanRow:
-    vocab_text, shown = vocabulary_text(vocabulary, vocabulary_max)
+                  granularity: str, vocabulary_max: Optional[int] = None,
+                  vocabulary_tokens: Optional[int] = None) -> PlanRow:
+    vocab_text, shown = vocabulary_text(vocabulary, vocabulary_max, vocabulary_tokens)
     row = PlanRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
                   plan=fallback_plan(question.question), vocabulary_size=shown,
-                  vocabulary_total=len(vocabulary))
+                  vocabulary_total=len(vocabulary), vocabulary_left_out=len(vocabulary) - shown)
 
     def repair(error: str, text: str) -> list[dict[str, str]]:
         user = prompts.fill("plan_repair_user", error=error, question=question.question, proposal=text)

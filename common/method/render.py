@@ -62,8 +62,9 @@ def episode_header(episode: Episode) -> str:
     )
 
 
-def render_buffer(view: MemoryView, episodes: list[Episode], include_images: bool = True) -> str:
-    """The answer model's evidence: whole original episodes, in conversation order."""
-    ordered = sorted(episodes, key=lambda e: view.position[e.dia_ids[0]])
+def render_buffer(view: MemoryView, episodes: list[Episode], include_images: bool = True,
+                  keep_order: bool = False) -> str:
+    """The answer model's evidence: whole original episodes, in conversation order (or as given)."""
+    ordered = episodes if keep_order else sorted(episodes, key=lambda e: view.position[e.dia_ids[0]])
     blocks = [episode_header(e) + "\n" + view.episode_text(e, include_images) for e in ordered]
     return "\n\n".join(blocks)

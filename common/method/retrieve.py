@@ -4,15 +4,20 @@ For every hop of the plan three routes propose episodes:
 1. structured: records whose entity, type, property and value are compatible with the hop's
    anchor, scored by a weighted mean of field matches (authors' weights), followed to their
    source episodes (an episode scores as its best record);
-2. lexical: BM25 over the original episode text with the question's and anchor's content words;
+2. lexical: the authors' lexical recall guard, generically (``common.method.lexical``: question
+   terms with IDF weights over episodes grounded in the hop's entity); ``retrieve.lexical=bm25``
+   is the earlier BM25 route over whole episodes, fused with dense by reciprocal rank;
 3. dense: cosine between question+anchor and overlapping chunks of each episode.
-The plan sets the budget: a point hop keeps the best structured episodes and, unless a
-confident structured match already covers the requirement, a few fallback episodes; an
-all_matching hop (counts, lists, comparisons, intervals) keeps every structured match plus the
-fallback candidates. Hops run in plan order: a hop that declares a bridge has it resolved over
-its selected episodes (``common.method.bridge``, one LLM call) before the hops that use ``$hN.bridge``
-search. Hops are merged by episode id, each episode keeping the hop, route, record and score
-that selected it, and the buffer renders the ORIGINAL turns in conversation order.
+The plan sets the budget, as the authors' code does (reference_notes §3.5): a point hop keeps 5
+structured episodes plus 12 lexical+dense episodes re-ranked by question terms; an all_matching
+hop (counts, lists, comparisons, intervals) keeps every structured match, every lexical match and
+20 dense episodes. No hop stops early by default; ``retrieve.stop_when_covered`` (the ablation
+``coverage_stop``) ends a point hop at a confident structured match, as the paper's prose puts it.
+Hops run in plan order: a hop that declares a bridge has it resolved over its selected episodes
+(``common.method.bridge``, one LLM call) before the hops that use ``$hN.bridge`` search. Hops are
+merged by episode id in hop order, each episode keeping the hop, route, record and score that
+selected it; the buffer renders the ORIGINAL turns, episodes ordered by question terms (the
+authors' Step 6; ``retrieve.buffer_order=conversation`` orders them by time).
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ from common.core.text import content_tokens, norm, normprop, tokens
 from common.core.tokens import count_tokens
 from common.method.bridge import Resolver, resolve_anchor
 from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
-from common.method.render import MemoryView, render_buffer
+from common.method.lexical import EpisodeText, hop_terms, lexical_guard, rank_episodes_for_answer, squash
+from common.method.render import MemoryView, render_buffer, render_turn
 
 FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "condition_value")
 GENERIC_PROPERTIES = frozenset({"activity", "event", "thing", "other", "fact"})
@@ -75,6 +81,8 @@ class Retriever:
         self.rec_entities = [norm(r.entity) for r in index.records]
         self.rec_props = np.array([r.property for r in index.records], dtype=object)
         self._episode_tokens: dict[int, int] = {}
+        self._docs: Optional[list[EpisodeText]] = None
+        self._postings: dict[str, frozenset[int]] = {}  # lexical guard: episodes holding each term
 
     # ------------------------------------------------------------------ structured route
     def _anchor_cosines(self, anchor: Anchor) -> dict[str, np.ndarray]:
@@ -166,7 +174,56 @@ class Retriever:
         order = np.argsort(-best, kind="stable")
         return [Hit(int(i), round(float(best[i]), 6), "dense") for i in order[:k]]
 
-    def fallback(self, question: str, anchor: Anchor, budget: ScopeBudget) -> list[Hit]:
+    def docs(self) -> list[EpisodeText]:
+        """What the lexical guard reads of every episode (built once per memory)."""
+        if self._docs is None:
+            docs = []
+            for ep in self.index.episodes:
+                turns = self.view.episode_turns(ep)
+                by_speaker: dict[str, list[str]] = {}
+                for t in turns:  # the first rendered line only: captions are not the speaker's words
+                    by_speaker.setdefault(norm(t.speaker), []).append(squash(render_turn(t, False)))
+                docs.append(EpisodeText(frozenset(by_speaker), squash(self.view.episode_text(ep, self.include_images)),
+                                        {k: "\n".join(v) for k, v in by_speaker.items()}))
+            self._docs = docs
+        return self._docs
+
+    def rank_for_answer(self, question: str, positions: list[int]) -> list[int]:
+        """``positions`` re-ordered by question-term score (``lexical.rank_episodes_for_answer``)."""
+        docs = self.docs()
+        order = rank_episodes_for_answer(question, [docs[p].text for p in positions], squashed=True)
+        return [positions[i] for i in order]
+
+    def guard_fallback(self, question: str, anchor: Anchor, budget: ScopeBudget,
+                       keep_top_dense: bool = False) -> list[Hit]:
+        """The authors' fallback, generically: lexical guard + dense guard, merged (lexical first)
+        and re-ranked by question terms; a point hop keeps ``fallback_k`` (12), all_matching all.
+
+        ``keep_top_dense``: the best dense episode survives the cut (the authors' LongMemEval
+        retrieval does this for a hop without structured matches).
+        """
+        lex = [Hit(p, h, "lexical") for p, h in lexical_guard(
+            self.docs(), hop_terms(question, anchor.value), anchor.entity,
+            anchor.condition_property, anchor.condition_value, self._postings)]
+        lines = [question] + [f"{f}: {getattr(anchor, f)}" for f in FIELDS if f != "entity_type" and getattr(anchor, f)]
+        den = self.dense("\n".join(lines), budget.dense_k)
+        merged: dict[int, Hit] = {}
+        for h in lex + den:
+            merged.setdefault(h.pos, h)
+        order = self.rank_for_answer(question, list(merged))
+        kept = [merged[p] for p in order][: budget.fallback_k]
+        if keep_top_dense and den and den[0].pos not in {h.pos for h in kept}:
+            kept.append(merged[den[0].pos])
+        return kept
+
+    def fallback(self, question: str, anchor: Anchor, budget: ScopeBudget, structured_found: bool = True) -> list[Hit]:
+        """The hop's lexical+dense candidates: the guard (default) or BM25 with reciprocal-rank fusion."""
+        if self.cfg.lexical == "guard":
+            return self.guard_fallback(question, anchor, budget,
+                                       keep_top_dense=self.cfg.keep_top_dense and not structured_found)
+        return self.bm25_fallback(question, anchor, budget)
+
+    def bm25_fallback(self, question: str, anchor: Anchor, budget: ScopeBudget) -> list[Hit]:
         """Lexical and dense candidates fused by reciprocal rank (k=60), best first."""
         terms = content_tokens(" ".join([question, anchor.entity, anchor.property.replace("_", " "),
                                          anchor.value, anchor.condition_value]))
@@ -191,15 +248,16 @@ class Retriever:
         budget = cfg.all_matching if scope == "all_matching" else cfg.point
         structured = self.structured(anchor)
         covered = bool(structured) and structured[0].score >= cfg.coverage_score
+        found = bool(structured)
         if cfg.mode == "fixed_k":
-            merged = structured + [h for h in self.fallback(question, anchor, budget)
+            merged = structured + [h for h in self.fallback(question, anchor, budget, found)
                                    if h.pos not in {s.pos for s in structured}]
             return merged[: cfg.fixed_k], covered
         chosen = structured[: budget.structured_k]
         if scope == "point" and cfg.stop_when_covered and covered:
             return chosen, covered
         seen = {h.pos for h in chosen}
-        return chosen + [h for h in self.fallback(question, anchor, budget) if h.pos not in seen], covered
+        return chosen + [h for h in self.fallback(question, anchor, budget, found) if h.pos not in seen], covered
 
     def _tokens_of(self, pos: int) -> int:
         if pos not in self._episode_tokens:
@@ -207,14 +265,21 @@ class Retriever:
             self._episode_tokens[pos] = count_tokens(self.view.episode_text(ep, self.include_images))
         return self._episode_tokens[pos]
 
-    def _resolve_bridge(self, resolve: Resolver, hop: Hop, anchor: Anchor, hits: list[Hit]
+    def _resolve_bridge(self, resolve: Resolver, question: str, hop: Hop, anchor: Anchor, hits: list[Hit]
                         ) -> tuple[Bridge, list[dict[str, Any]], float]:
-        """The hop's bridge over its first ``bridge_context_k`` episodes; also the wall time spent."""
-        positions = list(dict.fromkeys(h.pos for h in hits))[: self.cfg.bridge_context_k]
-        eps = [self.index.episodes[p] for p in positions]
+        """The hop's bridge over its first ``bridge_context_k`` episodes; also the wall time spent.
+
+        ``answer_rank`` (the authors' code): the hop's episodes re-ranked by question terms, shown
+        in that order; ``conversation``: the first by hop rank, shown in conversation order.
+        """
+        positions = list(dict.fromkeys(h.pos for h in hits))
+        in_rank_order = self.cfg.buffer_order == "answer_rank"
+        if in_rank_order:
+            positions = self.rank_for_answer(question, positions)
+        eps = [self.index.episodes[p] for p in positions[: self.cfg.bridge_context_k]]
         t = time.perf_counter()
-        bridge, calls = resolve(hop, anchor, render_buffer(self.view, eps, self.include_images),
-                                [e.episode_id for e in eps])
+        context = render_buffer(self.view, eps, self.include_images, keep_order=in_rank_order)
+        bridge, calls = resolve(hop, anchor, context, [e.episode_id for e in eps])
         return bridge, calls, time.perf_counter() - t
 
     def retrieve(self, question: Question, plan: Plan, resolve: Optional[Resolver] = None) -> RetrievalRow:
@@ -236,7 +301,7 @@ class Retriever:
                 anchor = anchors[hop.hop_id] = resolve_anchor(hop.anchor, values)
                 hits, coverage[hop.hop_id] = self.hop_hits(question.question, anchor, plan.retrieval_scope)
                 if hop.bridge_request and resolve is not None:
-                    bridge, hop_calls, spent = self._resolve_bridge(resolve, hop, anchor, hits)
+                    bridge, hop_calls, spent = self._resolve_bridge(resolve, question.question, hop, anchor, hits)
                     values[hop.hop_id] = bridge.value
                     bridges.append(bridge)
                     calls += hop_calls
@@ -248,7 +313,12 @@ class Retriever:
                         selected[h.pos] = cand
             if plan.reasoning_type == "temporal" and cfg.temporal_neighbors > 0:
                 self._add_neighbors(selected)
-        ranked = sorted(selected.items(), key=lambda kv: (ROUTE_PRIORITY[kv[1].route], -kv[1].score, kv[0]))
+        if cfg.buffer_order == "answer_rank":
+            # Authors' Step 6: the hop-ordered union, re-ranked by question terms; nothing dropped
+            # unless the caps bind (they are recorded in ``contributions``).
+            ranked = [(p, selected[p]) for p in self.rank_for_answer(question.question, list(selected))]
+        else:
+            ranked = sorted(selected.items(), key=lambda kv: (ROUTE_PRIORITY[kv[1].route], -kv[1].score, kv[0]))
         kept: list[tuple[int, Selected]] = []
         total = 0
         for pos, sel in ranked[: cfg.max_episodes]:
@@ -258,8 +328,10 @@ class Retriever:
             kept.append((pos, sel))
             total += n
         episodes = [self.index.episodes[p] for p, _ in kept]
-        buffer = render_buffer(self.view, episodes, self.include_images)
-        ordered = sorted(episodes, key=lambda e: self.view.position[e.dia_ids[0]])
+        in_rank_order = cfg.buffer_order == "answer_rank"
+        buffer = render_buffer(self.view, episodes, self.include_images, keep_order=in_rank_order)
+        ordered = episodes if in_rank_order else sorted(episodes, key=lambda e: self.view.position[e.dia_ids[0]])
+        contributions = self._contributions(plan.retrieval_scope, kept, len(selected))
         # Retrieval time = our own compute plus the bridge calls' latency (the original call's
         # when cached, like every efficiency figure), not the time spent queued behind other work.
         bridge_seconds = sum(float(c.get("latency") or 0.0) for c in calls)
@@ -273,7 +345,18 @@ class Retriever:
             seconds=round(time.perf_counter() - t0 - in_resolver + bridge_seconds, 4),
             resolved_anchors=anchors, bridges=bridges, bridge_seconds=round(bridge_seconds, 4),
             fallback_used=bool(failed), error=failed[0] if failed else "", llm_calls=calls,
+            contributions=contributions,
         )
+
+    def _contributions(self, scope: str, kept: list[tuple[int, Selected]], n_selected: int) -> dict[str, Any]:
+        """Episodes and tokens (o200k, episode text) that each route and scope put in the buffer."""
+        routes: dict[str, dict[str, int]] = {}
+        for pos, sel in kept:
+            r = routes.setdefault(sel.route, {"episodes": 0, "tokens": 0})
+            r["episodes"] += 1
+            r["tokens"] += self._tokens_of(pos)
+        return {"scope": scope, "routes": routes, "episodes": len(kept),
+                "tokens": sum(r["tokens"] for r in routes.values()), "dropped_by_caps": n_selected - len(kept)}
 
     def _add_neighbors(self, selected: dict[int, Selected]) -> None:
         eps: list[Episode] = self.index.episodes

@@ -6,8 +6,10 @@ Counts that are known before the run are exact: sessions to partition (after de-
 questions to plan and answer, questions to judge, and the rows already present in the run
 directory (a resumed run pays only for the rest). Token counts are exact where the prompt can be
 rendered up front (partition prompts, judge and plan templates) and otherwise come from the
-stated assumptions in ``ASSUME``, which are printed with the estimate. Nothing is written and no
-endpoint is contacted.
+stated assumptions in ``ASSUME``, which are printed with the estimate. Dollars are shown at both
+prices: live (standard rate) and through the Batch API (``llm.batch``, offline roles only: the
+online roles' latency is the paper's Table 3), with the total as configured. Nothing is written
+and no endpoint is contacted.
 """
 from __future__ import annotations
 
@@ -20,18 +22,20 @@ from typing import Any, Optional
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
 from common.core import artifacts, prompts
-from common.core.config import Config, ConfigError, load_config
+from common.core.config import ONLINE_ROLES, ROLES, Config, ConfigError, load_config
 from common.core.io import read_jsonl
 from common.core.tokens import count_tokens
+from common.evaluation import audited
 from common.evaluation.judge import judge_messages
 from common.evaluation.judge_lme import judge_messages as lme_messages
 from common.evaluation.judge_lme import template_id
 from common.method.dedup import representatives
 from common.method.episodes import partition_messages
 from common.method.plan import plan_messages
-from common.method.render import render_turn
+from common.method.render import MemoryView, render_turn
 from common.pipeline.graph import IDS, by_name, llm_stages
 from common.pipeline.ledger import cost, load_prices
+from common.systems.registry import system_class, uses_stage
 
 # Assumptions for what cannot be known before the calls (all in o200k tokens).
 ASSUME = {
@@ -43,10 +47,12 @@ ASSUME = {
     "bridge_out": 40,
     "ensimem_buffer": 7470,          # the paper's Table 3 mean context tokens (capped by max_buffer_tokens)
     "plan_text_in_answer": 150,
+    "plan_vocabulary": 600,          # properties shown to the planner when plan.vocabulary_max is unset (full list)
     "answer_out": 20,
     "answer_text": 12,               # the answer the judge reads
     "judge_out": 25,
     "oracle_turns": 3,
+    "system_items": 20,              # an outside system's evidence items per question (mem0: 10 per speaker)
 }
 
 
@@ -61,6 +67,16 @@ def _existing(run_dir: Path, name: str) -> int:
         return 0
     with path.open(encoding="utf-8") as f:
         return sum(1 for line in f if line.strip())
+
+
+def _ingested(run_dir: Path, views: dict[str, MemoryView]) -> int:
+    """Ingestion calls already made: memories whose marker 06 wrote (a killed run resumes there)."""
+    calls = 0
+    for mid in views:
+        marker = run_dir / IDS["retrieve"] / "memory" / mid / "ingested.json"
+        if marker.exists():
+            calls += json.loads(marker.read_text(encoding="utf-8")).get("spent", {}).get("calls", 0)
+    return calls
 
 
 def _bridges(run_dir: Path, qids: set[str]) -> tuple[int, str]:
@@ -88,7 +104,8 @@ def estimate(cfg: Config) -> dict[str, Any]:
     mean_turn = session_tokens / n_turns if n_turns else 0.0
     scored = [g for g in data.gold if data_adapter.is_scored(g)]
     nq = len(data.questions)
-    ensimem = cfg.method.name == "ensimem"
+    system = system_class(cfg.method.name)
+    ensimem = system.stages >= {"episodes", "extract", "index", "plan"}
     stages: list[dict[str, Any]] = []
 
     def add(stage: str, role: str, calls: int, tin: float, tout: float, done: int, note: str) -> None:
@@ -111,10 +128,11 @@ def estimate(cfg: Config) -> dict[str, Any]:
         add(IDS["extract"], "extract", n_eps, n_eps * overhead + session_tokens,
             ASSUME["extract_out_per_turn"] * n_turns, _existing(run_dir, "records"),
             "episodes assumed for theme mode; episode text exact in total")
-        vocab = ", ".join(["property"] * cfg.plan.vocabulary_max)
+        n_vocab = int(cfg.plan.vocabulary_max or ASSUME["plan_vocabulary"])
+        vocab = ", ".join(["property"] * n_vocab)
         tin = sum(_tok(plan_messages(q, vocab, cfg.extract.granularity)) for q in data.questions)
         add(IDS["plan"], "plan", nq, tin, ASSUME["plan_out"] * nq, _existing(run_dir, "plans"),
-            f"exact templates; vocabulary of {cfg.plan.vocabulary_max} properties assumed")
+            f"exact templates; vocabulary of {n_vocab} properties assumed")
         buffer = min(ASSUME["ensimem_buffer"], cfg.retrieve.max_buffer_tokens) + ASSUME["plan_text_in_answer"]
         if cfg.retrieve.bridges and cfg.retrieve.mode != "dense_only":
             n_bridges, basis = _bridges(run_dir, {q.qid for q in data.questions})
@@ -129,8 +147,21 @@ def estimate(cfg: Config) -> dict[str, Any]:
             by_memory[s.memory_id] = by_memory.get(s.memory_id, 0) + sum(turn_tokens[rep[s.key].key])
         conv = sum(by_memory.get(q.memory_id, 0) for q in data.questions) / nq if nq else 0
         buffer = {"full_context": min(conv, cfg.method.context_tokens), "rag_turns": cfg.method.rag_k * mean_turn,
-                  "no_memory": 0, "oracle": ASSUME["oracle_turns"] * mean_turn}[cfg.method.name]
+                  "no_memory": 0, "oracle": ASSUME["oracle_turns"] * mean_turn}.get(
+            cfg.method.name, ASSUME["system_items"] * mean_turn)
         answer_prompt = "answer_closed_book_system" if cfg.method.name == "no_memory" else "answer_baseline_system"
+        if system.role:  # an outside system's own LLM calls while it ingests, when it says how many
+            views = {m: MemoryView(m, [s for s in data.sessions if s.memory_id == m])
+                     for m in dict.fromkeys(s.memory_id for s in data.sessions)}
+            guesses = [system.estimate_ingest(v, cfg) for v in views.values()]
+            known = [g for g in guesses if g is not None]
+            if known:
+                add(IDS["retrieve"], system.role, sum(g.calls for g in known), sum(g.prompt_tokens for g in known),
+                    sum(g.completion_tokens for g in known), _ingested(run_dir, views),
+                    f"ingestion as estimated by {cfg.method.name} ({len(known)}/{len(views)} memories)")
+            else:  # listed, never silently left out
+                add(IDS["retrieve"], system.role, 0, 0, 0, 0,
+                    f"ingestion calls unknown: {cfg.method.name} declares no estimate_ingest")
     per_answer = count_tokens(prompts.load(answer_prompt)) + 40 + buffer
     tin = sum(per_answer + count_tokens(q.question) for q in data.questions)
     add(IDS["answer"], "answer", nq, tin, ASSUME["answer_out"] * nq, _existing(run_dir, "answers"),
@@ -142,30 +173,46 @@ def estimate(cfg: Config) -> dict[str, Any]:
     else:
         tin = sum(_tok(lme_messages(template_id(g.question_type, g.qid), q_by[g.qid].question, g.answer,
                                     answer_text)) for g in scored)
-    add(by_name("judge").instance(cfg.judge.name), "judge", len(scored), tin, ASSUME["judge_out"] * len(scored),
-        _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name),
-        "exact judge prompts; answer length assumed")
+    runs = cfg.judge.runs  # judge.runs: every answer is judged that many times (distinct calls)
+    errata = audited.run_errata(cfg)  # data.errata: corrected golden answers are judged once more
+    again = len(set(errata.corrected_answers()) & {g.qid for g in scored}) if errata else 0
+    tin = tin * (len(scored) + again) / len(scored) if scored else 0
+    add(by_name("judge").instance(cfg.judge.name), "judge", (len(scored) + again) * runs, tin * runs,
+        ASSUME["judge_out"] * (len(scored) + again) * runs,
+        _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name) * runs,
+        "exact judge prompts; answer length assumed" + (f"; {runs} judge runs per answer" if runs > 1 else "")
+        + (f"; {again} corrected answers judged again (data.errata)" if again else ""))
     # A stage added to the graph without an estimator here is listed, never silently left out.
     estimated = {s["stage"].split("_")[0] for s in stages}
     for node in llm_stages():  # every one has a role
-        if (node.role and f"{node.number:02d}" not in estimated and not (node.memory_stage and not ensimem)
+        if (node.role and f"{node.number:02d}" not in estimated and uses_stage(cfg.method.name, node.name)
                 and node.role_required):
             stages.append({"stage": node.id, "role": node.role, "model": cfg.role(node.role).model, "calls": 0,
                            "already_done": 0, "to_make": 0, "prompt_tokens": 0, "completion_tokens": 0,
                            "basis": "no estimator for this stage in common.pipeline.dryrun"})
     prices = load_prices()
     unpriced = set()
+    batched = set(cfg.llm.batch_roles(ROLES))
     for row in stages:
         c = cost(row["model"], row["prompt_tokens"], row["completion_tokens"], prices)
-        row["cost_usd"] = round(c, 4) if c is not None else None
+        row["cost_usd"] = round(c, 4) if c is not None else None  # live, at the standard rate
+        b = cost(row["model"], row["prompt_tokens"], row["completion_tokens"], prices, batch=True)
+        # At the batch rate; None for an online role, which is never batched.
+        row["cost_batch_usd"] = round(b, 4) if b is not None and row["role"] not in ONLINE_ROLES else None
+        row["batch"] = row["role"] in batched
         if c is None:
             unpriced.add(row["model"])
     total = {k: sum(s[k] for s in stages) for k in ("calls", "to_make", "prompt_tokens", "completion_tokens")}
     total["cost_usd"] = round(sum(s["cost_usd"] or 0 for s in stages), 2)
+    best = [s["cost_batch_usd"] if s["cost_batch_usd"] is not None else s["cost_usd"] for s in stages]
+    total["cost_batch_usd"] = round(sum(v or 0 for v in best), 2)  # every offline stage batched
+    total["cost_configured_usd"] = round(sum((s["cost_batch_usd"] if s["batch"] else s["cost_usd"]) or 0
+                                             for s in stages), 2)
     return {"benchmark": cfg.benchmark, "run_dir": str(run_dir), "method": cfg.method.name,
             "memories": len({s.memory_id for s in data.sessions}), "sessions": len(data.sessions),
             "unique_sessions": len(unique), "turns": n_turns, "questions": nq, "scored": len(scored),
             "stages": stages, "total": total, "unpriced_models": sorted(unpriced), "assumptions": ASSUME,
+            "batch_roles": sorted(batched),
             "prices": {"date": prices.get("date"), "file": "configs/prices.yaml"},
             "note": "upper bound: calls already in the LLM cache are not subtracted (only rows present in the run dir)"}
 
@@ -175,15 +222,23 @@ def format_estimate(est: dict[str, Any]) -> str:
     lines = [f"Dry run ({est['benchmark']}, method {est['method']}): {est['memories']} memories, "
              f"{est['unique_sessions']} unique sessions of {est['sessions']}, {est['turns']} turns, "
              f"{est['questions']} questions ({est['scored']} judged) -> {est['run_dir']}", "",
-             "| stage | model | calls | already done | to make | input tokens | output tokens | est. $ | basis |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| stage | model | calls | already done | to make | input tokens | output tokens | est. $ live | "
+             "est. $ batch | basis |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for s in est["stages"]:
         usd = "unpriced" if s["cost_usd"] is None else f"{s['cost_usd']:.2f}"
-        lines.append(f"| {s['stage']} | {s['model']} | {s['calls']} | {s['already_done']} | {s['to_make']} | "
-                     f"{s['prompt_tokens']:,} | {s['completion_tokens']:,} | {usd} | {s['basis']} |")
+        b = s.get("cost_batch_usd")
+        busd = ("unpriced" if s["cost_usd"] is None else "online") if b is None else f"{b:.2f}"
+        mark = " (batch)" if s.get("batch") else ""
+        lines.append(f"| {s['stage']}{mark} | {s['model']} | {s['calls']} | {s['already_done']} | {s['to_make']} | "
+                     f"{s['prompt_tokens']:,} | {s['completion_tokens']:,} | {usd} | {busd} | {s['basis']} |")
     t = est["total"]
     lines.append(f"| total | | {t['calls']} | | {t['to_make']} | {t['prompt_tokens']:,} | {t['completion_tokens']:,} | "
-                 f"{t['cost_usd']:.2f} | prices dated {est['prices']['date']} |")
+                 f"{t['cost_usd']:.2f} | {t['cost_batch_usd']:.2f} | prices dated {est['prices']['date']} |")
+    offline = sorted({s["role"] for s in est["stages"] if s.get("cost_batch_usd") is not None})
+    lines.append(f"\nAs configured (llm.batch: {', '.join(est.get('batch_roles', [])) or 'off'}): "
+                 f"${t['cost_configured_usd']:.2f}; all live ${t['cost_usd']:.2f}; offline roles "
+                 f"({', '.join(offline)}) through the Batch API ${t['cost_batch_usd']:.2f}.")
     lines.append(f"\n{est['note']}. Assumptions: " + ", ".join(f"{k}={v}" for k, v in est["assumptions"].items()))
     return "\n".join(lines)
 

@@ -9,7 +9,6 @@ graph in order in one process (runners, the demo); ``main`` is every numbered sc
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -23,15 +22,17 @@ from tqdm import tqdm
 
 from common.benchmarks.registry import adapter
 from common.core import artifacts, fingerprint
+from common.core.batch import BatchOptions
 from common.core.config import ROLES, Config, resolve_path
 from common.core.embeddings import Embedder
-from common.core.io import StageWriter, read_jsonl, sha256_file, write_json, write_manifest
+from common.core.io import StageWriter, content_digest, read_jsonl, sha256_file, write_json, write_manifest
 from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy
 from common.core.schema import Episode, PartitionRow, Question, Session, from_dict, to_dict
 from common.evaluation.scoring import POLICIES
 from common.method.render import MemoryView
 from common.pipeline.cli import parse
 from common.pipeline.graph import STAGES, Stage, by_name
+from common.systems.registry import uses_stage
 
 log = logging.getLogger("harness")
 
@@ -67,6 +68,10 @@ class Run:
                 cache=ResponseCache(str(resolve_path(c.cache_path)), c.cache_mode),
                 retry=RetryPolicy(c.max_attempts, c.initial_wait, c.max_wait),
                 concurrency=c.concurrency,
+                cooldown=c.endpoint_cooldown,
+                batch=BatchOptions(c.batch_roles(ROLES), self.dir / "batches", c.batch_poll_seconds,
+                                   c.batch_completion_window, c.batch_max_requests, c.batch_on_expiry,
+                                   c.max_attempts),
             )
         self._client.check_endpoints(roles)
         return self._client
@@ -116,7 +121,7 @@ def manifest(run: Run, stage: str, *, extra: dict | None = None, **kw: Any) -> N
 
 def digest(obj: Any) -> str:
     """Short content hash of an upstream row: a row whose input changed since it was made is stale."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode()).hexdigest()[:16]
+    return content_digest(obj)
 
 
 def _stale(row: dict, key: str, current: dict[str, str]) -> bool:
@@ -187,9 +192,16 @@ def dataset_sha256(run: Run, *, reread: bool = False) -> str:
 
 
 def check_protocol(run: Run, *, judge: str | None = None, reread: bool = False) -> str:
-    """Refuse to add rows to a run made under another protocol; return the fingerprint."""
-    comps = fingerprint.run_components(run.cfg, dataset_sha256(run, reread=reread))
-    fp = fingerprint.check_and_store(run.dir, comps, key="run", force=run.force)
+    """Refuse to add rows to a run made under another protocol; return the fingerprint.
+
+    An imported run keeps the fingerprint of its published source (its answers are not ours to
+    re-derive); a new judge may still be added to it.
+    """
+    if fingerprint.imported(run.dir) is not None:
+        fp = str(fingerprint.stored(run.dir, "run"))
+    else:
+        comps = fingerprint.run_components(run.cfg, dataset_sha256(run, reread=reread))
+        fp = fingerprint.check_and_store(run.dir, comps, key="run", force=run.force)
     if judge is None:
         return fp
     jc = fingerprint.judge_components(run.cfg, fp, POLICIES[run.cfg.benchmark])
@@ -197,13 +209,9 @@ def check_protocol(run: Run, *, judge: str | None = None, reread: bool = False) 
 
 
 # ----------------------------------------------------------------------------- memory stages
-def uses_memory_index(cfg: Config) -> bool:
-    """Only EnSIMem builds episodes, records, an index and plans; baselines start at 06."""
-    return cfg.method.name == "ensimem"
-
-
 def skipped(run: Run, stage: str) -> bool:
-    if uses_memory_index(run.cfg):
+    """A stage the configured system does not use (``MemorySystem.stages``) says so and stops."""
+    if uses_stage(run.cfg.method.name, by_name(stage).name):
         return False
     print(f"{stage}: skipped (method {run.cfg.method.name} builds its buffer in 06_retrieve)", flush=True)
     manifest(run, stage, inputs=[], outputs=[], rows=0, started=time.time(),
@@ -220,6 +228,7 @@ def run_rows_deduplicated(run: Run, name: str, out: Path, key: str, items: list[
     Running representatives to completion before any duplicate means two copies of one session
     never race for the same uncached request, so a duplicate costs no call at all.
     """
+    started = time.time()
     reps = [i for i in items if rep_of[key_fn(i)] is i]
     run_rows(run, name, out, key, reps, key_fn, work, role, inputs, failed, digest_fn=digest_fn)
     if len(reps) < len(items):
@@ -229,6 +238,9 @@ def run_rows_deduplicated(run: Run, name: str, out: Path, key: str, items: list[
     path = artifacts.manifest_path(run.dir, name)
     data = json.loads(path.read_text(encoding="utf-8"))
     data["dedup"] = {"instances": len(items), "unique": len(reps), "calls_saved_by_reuse": len(items) - len(reps)}
+    # The second pass rewrote the manifest with its own (cache-served, short) time: the stage's
+    # wall is both passes, or `make bench-scale` would set the first pass's calls against nothing.
+    data["wall_seconds"] = round(time.time() - started, 3)
     write_json(path, data)
     if len(reps) < len(items):
         print(f"{name}: {len(reps)} unique of {len(items)} instances; {len(items) - len(reps)} reused", flush=True)
@@ -238,15 +250,22 @@ def run_rows_deduplicated(run: Run, name: str, out: Path, key: str, items: list[
 def check_endpoint(run: Run, stage: Stage) -> None:
     """Fail at once, in one line, when a stage that will call an LLM has no endpoint."""
     cfg = run.cfg
-    skip = (stage.name == "episodes" and cfg.episodes.mode != "theme") or (
-        stage.memory_stage and not uses_memory_index(cfg))
+    skip = (stage.name == "episodes" and cfg.episodes.mode != "theme") or not uses_stage(cfg.method.name, stage.name)
     if stage.role and stage.role_required and not skip:
         run.client((stage.role,))
+
+
+# Stages that may run on an imported run: another judge over its answers, and the aggregate.
+IMPORTED_RUN_STAGES = ("judge", "aggregate")
 
 
 def run_stage(run: Run, stage: Stage | str) -> None:
     """One stage of the graph, its endpoint checked first."""
     node = by_name(stage) if isinstance(stage, str) else stage
+    source = fingerprint.imported(run.dir)
+    if source is not None and node.name not in IMPORTED_RUN_STAGES:
+        raise RuntimeError(f"{run.dir} was imported from {source.get('file')}: only "
+                           f"{', '.join(IMPORTED_RUN_STAGES)} run on it (a new judge, the aggregate)")
     check_endpoint(run, node)
     node.resolve()(run)
 

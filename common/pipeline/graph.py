@@ -35,7 +35,8 @@ class Stage:
     that calls it only when its inputs ask for it (06 resolves bridges only if a plan declares
     one). ``reads_gold`` is ``"no"`` for every stage of the method, ``"oracle"`` where only the
     labelled oracle baseline may open the gold file, ``"yes"`` for judging and metrics.
-    ``memory_stage``: a stage that builds the EnSIMem memory; methods without one skip it.
+    Which stages a memory system runs is the system's declaration (``MemorySystem.stages`` in
+    ``common.systems``); a stage it does not use says ``skipped`` in its manifest.
     """
 
     number: int
@@ -47,7 +48,6 @@ class Stage:
     role: Optional[str] = None
     role_required: bool = True
     reads_gold: GoldAccess = "no"
-    memory_stage: bool = False
 
     @property
     def id(self) -> str:
@@ -84,13 +84,13 @@ STAGES: tuple[Stage, ...] = (
           summary="read the benchmark file; write sessions, questions (question + date only) and the separate gold",
           reads_gold="yes"),
     Stage(2, "episodes", _S + "episodes", reads=("sessions",), writes=("episodes",), role="partition",
-          summary="cut each session into theme-coherent episodes", memory_stage=True),
+          summary="cut each session into theme-coherent episodes"),
     Stage(3, "extract", _S + "extract", reads=("episodes", "sessions"), writes=("records",), role="extract",
-          summary="extract [entity][type][property:value] records per episode, with source turns", memory_stage=True),
+          summary="extract [entity][type][property:value] records per episode, with source turns"),
     Stage(4, "index", _S + "index", reads=("episodes", "records", "sessions"), writes=("index",),
-          summary="embed episodes, records and turn chunks; write the per-memory index", memory_stage=True),
+          summary="embed episodes, records and turn chunks; write the per-memory index"),
     Stage(5, "plan", _S + "plan", reads=("questions", "index"), writes=("plans",), role="plan",
-          summary="turn each question into evidence requirements (hops, reasoning type, scope)", memory_stage=True),
+          summary="turn each question into evidence requirements (hops, reasoning type, scope)"),
     Stage(6, "retrieve", _S + "retrieve", reads=("plans", "index", "sessions", "questions"), writes=("retrievals",),
           role="bridge", role_required=False, reads_gold="oracle",
           summary="select episodes (structured match + dense fallback, budget by query type); resolve bridges"),

@@ -8,8 +8,11 @@ and reruns made them.
     python -m common.pipeline.ledger results/locomo/paper
 
 * Per stage and role: calls, how many were paid in this run and how many came from the cache,
-  failed rows by cause, input and output tokens, latency mean/p50/p95 of paid calls, and the
-  estimated cost from ``configs/prices.yaml`` (paid calls; and what the same calls cost uncached).
+  how many went through the Batch API (``llm.batch``: the cache keys the run's batch records in
+  ``<run>/batches`` answered, or a call record flagged ``batch``), failed rows by cause, input and
+  output tokens, latency mean/p50/p95 of paid live calls (a batch reply's wait is not a latency),
+  and the estimated cost from ``configs/prices.yaml`` (paid calls; and what the same calls cost
+  uncached), batch calls at the batch rate.
 * Per question (Table 3): planning seconds (the 05 calls), retrieval seconds (06, including its
   bridge calls), generation seconds (07), their sum, and the evidence buffer's tokens (o200k,
   counted offline).
@@ -17,6 +20,7 @@ and reruns made them.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -26,10 +30,12 @@ import numpy as np
 import yaml
 
 from common.core import artifacts
+from common.core.batch import batch_keys
 from common.core.config import resolve_path
 from common.core.io import read_jsonl, write_json
+from common.evaluation.metrics import buffer_contribution_stats
 from common.evaluation.scoring import failure_cause
-from common.pipeline.graph import llm_stages
+from common.pipeline.graph import IDS, llm_stages
 
 PRICES = "configs/prices.yaml"
 
@@ -45,7 +51,8 @@ def _calls(row: dict[str, Any]) -> list[dict[str, Any]]:
         return list(row["llm_calls"])
     if row.get("cache_key"):
         return [{"model": row.get("model") or row.get("judge_model"), "usage": row.get("usage") or {},
-                 "latency": row.get("latency", 0.0), "cached": bool(row.get("cached", False))}]
+                 "latency": row.get("latency", 0.0), "cached": bool(row.get("cached", False)),
+                 "cache_key": row["cache_key"], "batch": bool(row.get("batch", False))}]
     return []
 
 
@@ -73,15 +80,27 @@ def _percentile(values: list[float], q: float) -> Optional[float]:
     return round(float(np.percentile(values, q)), 4) if values else None
 
 
-def cost(model: str, prompt_tokens: int, completion_tokens: int, prices: dict[str, Any]) -> Optional[float]:
+BATCH_DISCOUNT = 0.5  # OpenAI Batch API: half the standard rate, when prices.yaml does not say
+
+
+def cost(model: str, prompt_tokens: int, completion_tokens: int, prices: dict[str, Any],
+         batch: bool = False) -> Optional[float]:
+    """Dollars for the tokens of ``model``; ``batch``: at the Batch API rate (the model's
+    ``batch_input``/``batch_output``, else its standard rate times ``batch_discount``)."""
     p = prices.get("models", {}).get(model)
     if p is None:
         return None
-    return (prompt_tokens * p.get("input", 0.0) + completion_tokens * p.get("output", 0.0)) / 1e6
+    factor = float(prices.get("batch_discount", BATCH_DISCOUNT)) if batch else 1.0
+    rate_in = p.get("batch_input", p.get("input", 0.0) * factor) if batch else p.get("input", 0.0)
+    rate_out = p.get("batch_output", p.get("output", 0.0) * factor) if batch else p.get("output", 0.0)
+    return (prompt_tokens * rate_in + completion_tokens * rate_out) / 1e6
 
 
-def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[str, Any]) -> dict[str, Any]:
+def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[str, Any],
+                batched: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """One stage's entry; ``batched``: cache keys the run's batches answered (batch-rate calls)."""
     calls = [c for r in rows for c in _calls(r)]
+    is_batch = lambda c: bool(c.get("batch")) or c.get("cache_key") in batched  # noqa: E731
     paid = [c for c in calls if not c.get("cached")]
     failures: dict[str, int] = defaultdict(int)
     for r in rows:
@@ -92,11 +111,12 @@ def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[
     def tokens(cs: Iterable[dict[str, Any]], key: str) -> int:
         return int(sum((c.get("usage") or {}).get(key, 0) for c in cs))
 
-    lat = [float(c.get("latency") or 0.0) for c in paid]
+    lat = [float(c.get("latency") or 0.0) for c in paid if not is_batch(c)]
     models = sorted({str(c.get("model")) for c in calls if c.get("model")})
     entry: dict[str, Any] = {
         "stage": stage, "role": role, "models": models, "rows": len(rows), "calls": len(calls),
-        "paid": len(paid), "cached": len(calls) - len(paid), "failed_rows": dict(failures),
+        "paid": len(paid), "cached": len(calls) - len(paid), "batch": sum(1 for c in calls if is_batch(c)),
+        "failed_rows": dict(failures),
         "prompt_tokens": tokens(calls, "prompt_tokens"), "completion_tokens": tokens(calls, "completion_tokens"),
         "paid_prompt_tokens": tokens(paid, "prompt_tokens"),
         "paid_completion_tokens": tokens(paid, "completion_tokens"),
@@ -107,7 +127,8 @@ def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[
     unpriced = set()
     for c in calls:
         u = c.get("usage") or {}
-        v = cost(str(c.get("model")), u.get("prompt_tokens", 0), u.get("completion_tokens", 0), prices)
+        v = cost(str(c.get("model")), u.get("prompt_tokens", 0), u.get("completion_tokens", 0), prices,
+                 batch=is_batch(c))
         if v is None:
             unpriced.add(str(c.get("model")))
             continue
@@ -125,14 +146,22 @@ def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, 
     entries, missing = [], []
     # (stage, file, role) for every LLM stage of the graph; a judge stage has one file per judge.
     judges = artifacts.judges(run_dir)
+    batched = batch_keys(run_dir / "batches")
     files = [(node.instance(j), node.output(run_dir, j), str(node.role))
              for node in llm_stages() for j in (judges if "judge" in node.writes else [""])]
     for stage, path, role in files:
         if not path.exists():
             missing.append(path.name)
             continue
-        entries.append(stage_entry(stage, role, read_jsonl(path), prices))
-    total = {k: sum(e[k] for e in entries) for k in ("calls", "paid", "cached", "prompt_tokens", "completion_tokens",
+        entries.append(stage_entry(stage, role, read_jsonl(path), prices, batched))
+    # A memory system's ingestion (06, common.systems): its calls are in each memory's marker.
+    markers = sorted((run_dir / IDS["retrieve"] / "memory").glob("*/ingested.json"))
+    if markers:
+        spent = [json.loads(m.read_text(encoding="utf-8")).get("spent", {}) for m in markers]
+        entries.append(stage_entry(f"{IDS['retrieve']}_ingest", "memory",
+                                   [{"llm_calls": s.get("llm_calls", [])} for s in spent], prices, batched))
+    total = {k: sum(e[k] for e in entries) for k in ("calls", "paid", "cached", "batch", "prompt_tokens",
+                                                      "completion_tokens",
                                                       "paid_prompt_tokens", "paid_completion_tokens")}
     total["cost_paid_usd"] = round(sum(e["cost_paid_usd"] for e in entries), 6)
     total["cost_uncached_usd"] = round(sum(e["cost_uncached_usd"] for e in entries), 6)
@@ -170,16 +199,17 @@ def efficiency(run_dir: Path, qids: Optional[set[str]] = None) -> dict[str, Any]
 
 
 def markdown(led: dict[str, Any], eff: Optional[dict[str, Any]] = None) -> str:
-    head = ("| stage | role | models | calls | paid | cached | failed rows | in tok | out tok | "
+    head = ("| stage | role | models | calls | paid | cached | batch | failed rows | in tok | out tok | "
             "lat mean | p50 | p95 | cost paid $ | cost uncached $ |")
-    lines = [f"LLM ledger (prices: {led['prices']['file']}, dated {led['prices']['date']})", "", head,
-             "|" + "---|" * 14]
+    lines = [f"LLM ledger (prices: {led['prices']['file']}, dated {led['prices']['date']}; batch calls at the "
+             "batch rate, latencies of live calls only)", "", head, "|" + "---|" * 15]
     for e in led["stages"] + [{"stage": "total", "role": "", "models": [], "rows": 0, "failed_rows": {},
                                 "latency_mean": None, "latency_p50": None, "latency_p95": None, **led["total"]}]:
         fails = ", ".join(f"{k} {v}" for k, v in e["failed_rows"].items()) or "0"
         f = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
         lines.append(f"| {e['stage']} | {e['role']} | {', '.join(e['models'])} | {e['calls']} | {e['paid']} | "
-                     f"{e['cached']} | {fails} | {e['prompt_tokens']} | {e['completion_tokens']} | "
+                     f"{e['cached']} | {e.get('batch', 0)} | {fails} | {e['prompt_tokens']} | "
+                     f"{e['completion_tokens']} | "
                      f"{f(e['latency_mean'])} | {f(e['latency_p50'])} | {f(e['latency_p95'])} | "
                      f"{e['cost_paid_usd']:.4f} | {e['cost_uncached_usd']:.4f} |")
     if led["missing_files"]:
@@ -199,10 +229,34 @@ def write(run_dir: Path) -> tuple[dict[str, Any], list[Path]]:
     led = ledger(run_dir)
     have_inputs = artifacts.path(run_dir, "retrievals").exists() and artifacts.path(run_dir, "answers").exists()
     eff = efficiency(run_dir) if have_inputs else None
-    write_json(run_dir / "ledger.json", {**led, "efficiency": eff})
-    (run_dir / "ledger.md").write_text(markdown(led, eff), encoding="utf-8")
-    return {**led, "efficiency": {k: v for k, v in (eff or {}).items() if k != "per_question"}}, \
+    buf = buffer_stats(run_dir)
+    write_json(run_dir / "ledger.json", {**led, "efficiency": eff, "buffer": buf})
+    (run_dir / "ledger.md").write_text(markdown(led, eff) + buffer_markdown(buf), encoding="utf-8")
+    return {**led, "efficiency": {k: v for k, v in (eff or {}).items() if k != "per_question"}, "buffer": buf}, \
         [run_dir / "ledger.json", run_dir / "ledger.md"]
+
+
+def buffer_stats(run_dir: Path) -> Optional[dict[str, Any]]:
+    """The evidence buffer per scope and route (``metrics.buffer_contribution_stats``), or None without 06."""
+    path = artifacts.path(run_dir, "retrievals")
+    return buffer_contribution_stats(read_jsonl(path)) if path.exists() else None
+
+
+def buffer_markdown(buf: Optional[dict[str, Any]]) -> str:
+    if not buf:
+        return ""
+    paper = buf["paper_mean_context_tokens"]
+    lines = ["", f"Evidence buffer per plan scope (o200k tokens; the paper's mean: {paper:,})", "",
+             "| scope | n | tokens mean | p50 | p95 | max | episodes mean | dropped by caps "
+             "| route episodes/tokens (mean) |", "|---|---|---|---|---|---|---|---|---|"]
+    f = lambda v: "" if v is None else f"{v:.0f}"  # noqa: E731
+    for scope, b in buf["by_scope"].items():
+        t, e = b["buffer_tokens"], b["episodes"]
+        routes = "; ".join(f"{r} {v['episodes']['mean']:.1f}/{v['tokens']['mean']:.0f}" for r, v in b["routes"].items())
+        lines.append(f"| {scope} | {t['n']} | {f(t['mean'])} | {f(t['p50'])} | {f(t['p95'])} | {f(t['max'])} | "
+                     f"{'' if e['mean'] is None else format(e['mean'], '.1f')} | "
+                     f"{b['dropped_by_caps']} | {routes} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: Optional[list[str]] = None) -> int:

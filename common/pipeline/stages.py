@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
@@ -33,18 +33,15 @@ from common.core.schema import (
     from_dict,
     to_dict,
 )
-from common.evaluation import scoring
+from common.evaluation import audited, scoring
 from common.evaluation.registry import evaluator
 from common.method import answer as answer_mod
-from common.method import baselines
-from common.method import bridge as bridge_mod
 from common.method import episodes as episodes_mod
 from common.method import extract as extract_mod
 from common.method import plan as plan_mod
 from common.method.dedup import rebase_partition, rebase_records, representatives
-from common.method.index import MemoryIndex, build_index, index_fingerprint
+from common.method.index import build_index, index_fingerprint
 from common.method.render import MemoryView
-from common.method.retrieve import Retriever
 from common.pipeline import ledger
 from common.pipeline.engine import (
     Run,
@@ -60,10 +57,11 @@ from common.pipeline.engine import (
     run_rows_deduplicated,
     skipped,
     summary_line,
-    uses_memory_index,
 )
 from common.pipeline.graph import IDS as ID  # manifest and summary names: declared in the graph only
 from common.pipeline.graph import by_name
+from common.systems.base import Context, MemorySystem, Spent
+from common.systems.registry import system_class, uses_stage
 
 
 # ----------------------------------------------------------------------------- 01
@@ -155,7 +153,8 @@ def index(run: Run) -> None:
                      "properties": len(idx.vocabulary), "embedding_model": idx.embedding_model})
     write_jsonl(out, rows)
     manifest(run, ID["index"], inputs=[run.path("episodes"), run.path("records")], outputs=[out],
-                   rows=len(rows), started=started, extra={"embedding_model": emb.model_id})
+                   rows=len(rows), started=started,
+                   extra={"embedding_model": emb.model_id, "embedding": emb.stats.as_dict()})
     summary_line(ID["index"], rows, reused, len(rows) - reused, 0, out, started)
 
 
@@ -168,27 +167,15 @@ def plan(run: Run) -> None:
     vocab = {}
     for r in read_jsonl(run.path("index")):
         vocab[r["memory_id"]] = json.loads((run.dir / r["path"] / "vocabulary.json").read_text(encoding="utf-8"))
-    g, vmax = run.cfg.extract.granularity, run.cfg.plan.vocabulary_max
+    g, vmax, vtok = run.cfg.extract.granularity, run.cfg.plan.vocabulary_max, run.cfg.plan.vocabulary_tokens
     run_rows(run, ID["plan"], run.path("plans"), "qid", questions, lambda q: q.qid,
-               lambda q: plan_mod.plan_question(run.llm, q, vocab.get(q.memory_id, {}),
-                                                granularity=g, vocabulary_max=vmax),
+               lambda q: plan_mod.plan_question(run.llm, q, vocab.get(q.memory_id, {}), granularity=g,
+                                                vocabulary_max=vmax, vocabulary_tokens=vtok),
                "plan", [run.path("questions"), run.path("index")], lambda r: r["fallback_used"],
                digest_fn=lambda q: digest([q.question, q.question_date, vocab.get(q.memory_id, {})]))
 
 
 # ----------------------------------------------------------------------------- 06
-@dataclasses.dataclass
-class _Retrieval:
-    """How 06 builds one question's row for the configured method."""
-
-    make: Callable[[Question, Any, Any], RetrievalRow]  # (question, embedder, bridge client) -> row
-    needs_embedder: bool
-    inputs: list[Path]
-    current: dict[str, str]  # qid -> digest of the row's inputs (stale rows are redone)
-    extra: dict[str, Any]
-    bridge_role: str | None = None  # "bridge" when some plan declares a bridge and bridges are on
-
-
 class _CallsOutsideLock:
     """The LLM client as the retrieval code sees it from inside 06's lock.
 
@@ -211,88 +198,99 @@ class _CallsOutsideLock:
             self._lock.acquire()
 
 
-def _ensimem_retrieval(run: Run, questions: list[Question], views: dict[str, MemoryView]) -> _Retrieval:
-    plans = by_qid(read_jsonl(run.path("plans")), PlanRow)
-    index_rows = read_jsonl(run.path("index"))
-    paths = {r["memory_id"]: run.dir / r["path"] for r in index_rows}
-    index_fp = {r["memory_id"]: r["fingerprint"] for r in index_rows}
-    retrievers: dict[str, Retriever] = {}
-    rcfg = run.cfg.retrieve
-    bridges = rcfg.bridges and rcfg.mode != "dense_only" and any(
-        h.bridge_request for p in plans.values() for h in p.plan.hops)
+def _system(run: Run) -> MemorySystem:
+    """The configured memory system (``method.name``) with the harness's tools in its context."""
+    cls = system_class(run.cfg.method.name)
+    loaded: dict[str, Any] = {}
 
-    def make(q: Question, emb: Any, client: Any) -> RetrievalRow:
-        if q.memory_id not in retrievers:
-            retrievers[q.memory_id] = Retriever(MemoryIndex.load(paths[q.memory_id]), views[q.memory_id],
-                                                emb, rcfg, run.cfg.episodes.include_images)
-        return retrievers[q.memory_id].retrieve(q, plans[q.qid].plan, bridge_mod.make_resolver(client, q.question))
+    def embedder() -> Any:  # loaded only when some row or memory is (re)done
+        if "embedder" not in loaded:
+            loaded["embedder"] = run.embedder()
+        return loaded["embedder"]
 
-    current = {q.qid: digest([q.question, q.question_date, to_dict(plans[q.qid].plan), index_fp.get(q.memory_id)])
-               for q in questions}
-    return _Retrieval(make, True, [run.path("plans"), run.path("index")], current,
-                      {"mode": rcfg.mode, "bridges": bridges}, "bridge" if bridges else None)
+    # Only a system that declares it (the labelled oracle) gets a way to open the gold file.
+    read_gold = (lambda: {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}) \
+        if cls.reads_gold else None
+    system = cls(Context(run.cfg, run.dir, run.dir / ID["retrieve"] / "memory", embedder, None, read_gold))
+    system.name = system.name or run.cfg.method.name  # an import-path system is named by its path
+    return system
 
 
-def _baseline_retrieval(run: Run, views: dict[str, MemoryView]) -> _Retrieval:
-    """The harness's own baselines (``common.method.baselines``): a buffer without 02-05."""
-    method, mcfg, imgs = run.cfg.method.name, run.cfg.method, run.cfg.episodes.include_images
-    inputs = [run.path("sessions"), run.path("questions")]
-    gold: dict[str, Gold] = {}
-    if method in baselines.READS_GOLD:  # the labelled upper bound; no other method opens gold here
-        gold = {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}
-        inputs.append(run.path("gold"))
-    rag: dict[str, Any] = {}
+def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory_ids: list[str]) -> dict[str, Any]:
+    """Ingest each memory once; a memory whose marker is present and current is not redone.
 
-    def make(q: Question, emb: Any, client: Any) -> RetrievalRow:
-        view = views[q.memory_id]
-        if method == "full_context":
-            return baselines.full_context(q, view, mcfg.context_tokens, imgs)
-        if method == "rag_turns":
-            if q.memory_id not in rag:
-                rag[q.memory_id] = baselines.TurnRetriever(view, emb, imgs)
-            return rag[q.memory_id].retrieve(q, mcfg.rag_k, imgs)
-        if method == "no_memory":
-            return baselines.no_memory(q, view)
-        return baselines.oracle(q, view, gold.get(q.qid), imgs)
-
-    return _Retrieval(make, method == "rag_turns", inputs, {},
-                      {"mode": method, "reads_gold": method in baselines.READS_GOLD})
+    A killed run continues at the first memory without a marker; that memory's partial state is
+    wiped and built again (its finished LLM calls come from the cache).
+    """
+    if not system.ingests():
+        return {}
+    started, done, resumed, spent = time.time(), {}, 0, Spent()
+    settings = system.settings()
+    for mid in memory_ids:
+        d = digest([system.name, settings, [to_dict(s) for s in views[mid].sessions]])
+        state = system.ctx.state_dir / mid
+        marker = state / "ingested.json"
+        if not run.force and marker.exists() and json.loads(marker.read_text(encoding="utf-8")).get("digest") == d:
+            done[mid], resumed = d, resumed + 1
+            continue
+        shutil.rmtree(state, ignore_errors=True)
+        state.mkdir(parents=True)
+        used = system.ingest(views[mid], state)
+        spent.add(used)
+        write_json(marker, {"memory_id": mid, "digest": d, "spent": dataclasses.asdict(used)})
+        done[mid] = d
+        print(f"{ID['retrieve']}: ingested {mid} ({used.calls} calls, {used.seconds:.1f}s)", flush=True)
+    return {"digests": done, "memories": len(memory_ids), "resumed": resumed, "new": len(memory_ids) - resumed,
+            "spent_this_time": spent.totals(), "wall_seconds": round(time.time() - started, 2)}
 
 
 def retrieve(run: Run) -> None:
     check_protocol(run)
     questions = load_questions(run)
     views = load_views(run)
-    how = _ensimem_retrieval(run, questions, views) if uses_memory_index(run.cfg) else _baseline_retrieval(run, views)
+    system = _system(run)
+    if system.role:
+        run.client((system.role,))
+        system.ctx.llm = run.llm
+    ingested = _ingest(run, system, views, list(dict.fromkeys(q.memory_id for q in questions)))
+    by_memory = ingested.get("digests", {})
     lock = threading.Lock()
-    loaded: dict[str, Any] = {}
+    if system.role:
+        system.ctx.llm = _CallsOutsideLock(run.llm, lock)
 
     def work(q: Question) -> RetrievalRow:
         with lock:
-            if "embedder" not in loaded:  # only when some row is (re)done
-                loaded["embedder"] = run.embedder() if how.needs_embedder else None
-            client = _CallsOutsideLock(run.llm, lock) if how.bridge_role else None
-            return how.make(q, loaded["embedder"], client)
+            return system.row(q, views[q.memory_id])
 
+    def row_digest(q: Question) -> str:
+        own = system.digest(q)
+        return digest([own, q.question, q.question_date, by_memory[q.memory_id]]) if by_memory else own
+
+    extra = system.extra()
+    if ingested:
+        extra["ingest"] = {k: v for k, v in ingested.items() if k != "digests"}
     run_rows(run, ID["retrieve"], run.path("retrievals"), "qid", questions, lambda q: q.qid, work,
-               how.bridge_role, how.inputs, lambda r: r.get("fallback_used", False),
-               digest_fn=lambda q: how.current.get(q.qid, ""), extra=how.extra)
+             system.role, system.inputs(), lambda r: r.get("fallback_used", False),
+             digest_fn=row_digest, extra=extra)
 
 
 # ----------------------------------------------------------------------------- 07
 def answer(run: Run) -> None:
     check_protocol(run)
     questions = load_questions(run)
-    # Baselines have no plan: the answer stage then uses the plan-free prompt.
-    plans = by_qid(read_jsonl(run.path("plans")), PlanRow) if uses_memory_index(run.cfg) else {}
+    # Systems without a planner: the answer stage then uses the plan-free prompt (answer.prompt).
+    plans = by_qid(read_jsonl(run.path("plans")), PlanRow) if uses_stage(run.cfg.method.name, "plan") else {}
     rets = by_qid(read_jsonl(run.path("retrievals")), RetrievalRow)
+    style = run.cfg.answer.prompt
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
                lambda q: answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
-                                                    rets[q.qid]),
+                                                    rets[q.qid], style),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
                digest_fn=lambda q: digest([q.question, rets[q.qid].mode, rets[q.qid].buffer_text,
                                            to_dict(plans[q.qid].plan) if plans else None]
-                                          + ([to_dict(rets[q.qid].bridges)] if rets[q.qid].bridges else [])))
+                                          + ([to_dict(rets[q.qid].bridges)] if rets[q.qid].bridges else [])
+                                          + ([style, rets[q.qid].method_info.get("evidence")]
+                                             if style != "harness" else [])))
 
 
 # ----------------------------------------------------------------------------- 08
@@ -302,11 +300,16 @@ def judge(run: Run) -> None:
     gold = {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}
     answers = [from_dict(AnswerRow, r) for r in read_jsonl(run.path("answers"))]
     scored = [a for a in answers if data.is_scored(gold[a.qid])]
-    name, prompt_id = run.cfg.judge.name, run.cfg.judge.prompt
+    name, prompt_id, runs = run.cfg.judge.name, run.cfg.judge.prompt, run.cfg.judge.runs
+    errata = audited.run_errata(run.cfg)  # data.errata: corrected golden answers are judged a second time
+    fixed = errata.corrected_answers() if errata else {}
     run_rows(run, by_name("judge").instance(name), run.judge_path(), "qid", scored, lambda a: a.qid,
-             lambda a: scorer.judge(run.llm, name, prompt_id, a, gold[a.qid]),
-             "judge", [run.path("answers"), run.path("gold")], lambda r: r["label"] is None,
-             digest_fn=lambda a: digest([a.question, a.answer, gold[a.qid].answer]))
+             lambda a: audited.judge_row(lambda g, i: scorer.judge(run.llm, name, prompt_id, a, g, repeat=i),
+                                         gold[a.qid], runs, fixed.get(a.qid)),
+             "judge", [run.path("answers"), run.path("gold")],
+             lambda r: r["label"] is None or audited.corrected_failed(r),
+             digest_fn=lambda a: digest([a.question, a.answer, gold[a.qid].answer] + ([runs] if runs > 1 else [])
+                                        + ([fixed[a.qid]] if a.qid in fixed else [])))
 
 
 # ----------------------------------------------------------------------------- 09

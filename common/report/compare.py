@@ -22,6 +22,8 @@ from typing import Any, Optional
 
 from common.core.io import ArtifactError, write_json
 from common.evaluation.labels import RunLabels, category_order, load_labels, run_benchmark, run_judges
+from common.evaluation.loss import CLASSES as LOSS_CLASSES
+from common.evaluation.loss import decompose as loss_decomposition
 from common.evaluation.stats import (
     FAILURE_MODES,
     Failures,
@@ -121,7 +123,14 @@ def compare_runs(a: RunLabels, b: RunLabels, failures: Failures = "strict") -> d
     return {"mode": "runs", "benchmark": a.benchmark, "failures": failures, "a": _side(a), "b": _side(b),
             "questions": {"shared": everything.n_shared, "only_in_a": everything.only_in_a,
                           "only_in_b": everything.only_in_b},
-            "warnings": warnings, "rows": rows}
+            "warnings": warnings, "rows": rows,
+            # Where each run lost its points (each over its own scored questions).
+            "loss": {"a": _loss(a), "b": _loss(b)}}
+
+
+def _loss(run: RunLabels) -> dict[str, Any]:
+    """The overall loss decomposition of one run under its judge (``common.evaluation.loss``)."""
+    return loss_decomposition(run.run_dir, [run.judge])["judges"][run.judge]["overall"]
 
 
 def compare_judges(a: RunLabels, b: RunLabels, failures: Failures = "strict") -> dict[str, Any]:
@@ -143,7 +152,10 @@ def compare_judges(a: RunLabels, b: RunLabels, failures: Failures = "strict") ->
                           {c: r["b"]["accuracy"] for c, r in by_cat.items()},
                           overall["a"]["accuracy"], overall["b"]["accuracy"])
     return {"mode": "judges", "benchmark": a.benchmark, "failures": failures, "a": _side(a), "b": _side(b),
-            "warnings": warnings, "rows": rows, "table10": stats10}
+            "warnings": warnings, "rows": rows, "table10": stats10,
+            # One decomposition per judge over the same buffers, with the questions they disagree on.
+            "loss": {side: block["overall"] for side, block in
+                     zip(("a", "b"), loss_decomposition(a.run_dir, [a.judge, b.judge])["judges"].values())}}
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -175,6 +187,17 @@ def _describe(name: str, side: dict[str, Any]) -> str:
             f"{side['scored']} scored questions, {failed} failed ({causes})")
 
 
+def format_loss(a: dict[str, Any], b: dict[str, Any], what: str = "run") -> str:
+    """Loss decomposition lines: each class's count and rate in A and in B (two runs or two judges)."""
+    body = [[c, f"{a['counts'][c]} ({_pct(a['rates'][c])}%)", f"{b['counts'][c]} ({_pct(b['rates'][c])}%)",
+             f"{b['counts'][c] - a['counts'][c]:+d}"] for c in LOSS_CLASSES]
+    if "judge_disagreement" in a or "judge_disagreement" in b:
+        body.append(["judge_disagreement (beside the classes)", str(a.get("judge_disagreement", "n/a")),
+                     str(b.get("judge_disagreement", "n/a")), ""])
+    return (f"Loss decomposition (gold evidence in the buffer x judge label; each {what} over its own "
+            f"{a['n']} / {b['n']} scored questions):\n\n" + _markdown(["Loss class", "A", "B", "B-A"], body))
+
+
 def format_comparison(report: dict[str, Any]) -> str:
     """The comparison as Markdown: a header, the warnings, one table (two for judges)."""
     strict = report["failures"] == "strict"
@@ -198,6 +221,8 @@ def format_comparison(report: dict[str, Any]) -> str:
         out += [_markdown(header, body), "",
                 "Paired columns use the shared questions; CIs are seeded BCa bootstraps (10,000 resamples); "
                 "McNemar is the exact binomial test; Holm adjusts the category p-values together."]
+        if report.get("loss"):
+            out += ["", format_loss(report["loss"]["a"], report["loss"]["b"])]
         return "\n".join(out)
     header = ["Category", f"{report['a']['judge']} % [95% CI] (k/n)", f"{report['b']['judge']} % [95% CI] (k/n)",
               "B-A pp", "Pairs", "Agreement %", "kappa [95% CI]", "A only / B only right", "McNemar p"]
@@ -221,6 +246,8 @@ def format_comparison(report: dict[str, Any]) -> str:
                           [[str(t["m"]), f"{t['mean_delta_pp']:+.3f}", f"{t['mae_pp']:.2f}", f"{t['sd_delta_pp']:.2f}",
                             f"{t['max_abs_delta_pp']:.2f} ({t['max_abs_delta_category']})",
                             f"{t['abs_delta_overall_pp']:.3f}", r]])]
+    if report.get("loss"):
+        out += ["", format_loss(report["loss"]["a"], report["loss"]["b"], "judge")]
     return "\n".join(out)
 
 

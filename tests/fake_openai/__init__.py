@@ -3,6 +3,7 @@
 * ``server``          - the HTTP server (``FakeOpenAI``), routing, prompt-kind lookup, ``FaultPlan``
 * ``scripted``        - the scripted, schema-valid replies per prompt kind and the prompt-id table
 * ``instrumentation`` - request log, per-kind counts, in-flight peaks, served latencies
+* ``batches``         - ``/v1/files`` and ``/v1/batches`` (``BatchPlan``: slow, held, expiring, rejected)
 
 A chat request names its prompt template in the ``X-Prompt-Id`` header (``LLMClient.complete``
 sends it from its ``prompt_id`` argument); the server maps that id to a prompt kind through
@@ -18,12 +19,14 @@ Usage::
 """
 from __future__ import annotations
 
+from tests.fake_openai.batches import BatchPlan, FakeBatches
 from tests.fake_openai.instrumentation import Instrumentation
 from tests.fake_openai.scripted import (
     CHAT_KINDS,
     EMBEDDING_DIM,
     EMBEDDINGS_KIND,
     FAKE_MODEL,
+    OUTSIDE_PROMPTS,
     PROMPT_ID_HEADER,
     PROMPT_KINDS,
     UNKNOWN_KIND,
@@ -56,8 +59,9 @@ from tests.fake_openai.server import (
 )
 
 __all__ = [
-    "ALL_FAULTS", "BODY_FAULTS", "CHAT_KINDS", "CONTENT_FAULTS", "EMBEDDING_DIM", "EMBEDDINGS_KIND",
-    "FAKE_MODEL", "HTTP_FAULTS", "MALFORMED_CONTENT", "NO_FAULT", "PROMPT_ID_HEADER", "PROMPT_KINDS",
+    "ALL_FAULTS", "BatchPlan", "FakeBatches", "BODY_FAULTS", "CHAT_KINDS", "CONTENT_FAULTS", "EMBEDDING_DIM",
+    "EMBEDDINGS_KIND", "FAKE_MODEL", "HTTP_FAULTS", "MALFORMED_CONTENT", "NO_FAULT", "OUTSIDE_PROMPTS",
+    "PROMPT_ID_HEADER", "PROMPT_KINDS",
     "UNKNOWN_KIND", "FakeOpenAI", "FaultPlan", "Instrumentation", "approx_tokens", "content_words",
     "embed_text", "judge_label", "kind_for_prompt_id", "parse_question", "parse_turns",
     "plan_entity_property", "prompt_text", "reply_answer", "reply_bridge", "reply_extract",

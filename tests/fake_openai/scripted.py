@@ -33,6 +33,10 @@ PROMPT_KINDS: dict[str, str] = {
     "answer_user": "answer",
     "answer_baseline_user": "answer",  # baselines: same rules, no plan
     "answer_closed_book_user": "answer",  # closed-book baseline (no_memory)
+    "answer_mem0_user": "answer",  # answer.prompt: mem0 (one system message)
+    # mem0's own fact-extraction prompt (mem0ai 2.2.1 makes one additive ADD-only call per add;
+    # its memory-update decisions are part of that reply), sent by common.systems.mem0.
+    "mem0_extraction": "mem0_extraction",
     "judge_locomo_mem0": "judge_locomo",
     "judge_locomo_paper": "judge_locomo",
     # The official LongMemEval checker templates all end by asking for yes or no.
@@ -43,6 +47,8 @@ PROMPT_KINDS: dict[str, str] = {
     "judge_lme_abstention": "judge_lme",
 }
 CHAT_KINDS = frozenset(PROMPT_KINDS.values())
+# Ids of prompts an outside memory system owns (inside its package, not in common/prompts/).
+OUTSIDE_PROMPTS = frozenset({"mem0_extraction"})
 UNKNOWN_KIND = "unknown"
 EMBEDDINGS_KIND = "embeddings"
 
@@ -273,6 +279,19 @@ def reply_answer(text: str) -> str:
     return " ".join(words) if words else "Unknown"
 
 
+def reply_mem0_extraction(text: str) -> dict:
+    """mem0's extraction reply: one memory per message of the speaker whose memory it is (role
+    ``user`` in the "## New Messages" section), attributed to the user, as its prompt asks."""
+    section = text.rsplit("## New Messages", 1)[-1].split("\n## ", 1)[0]  # the last: the system prompt names it too
+    memories: list[dict] = []
+    for line in section.splitlines():
+        if line.startswith("user: ") and ": " in line[6:]:
+            speaker, said = line[6:].split(": ", 1)
+            memories.append({"id": str(len(memories)), "text": f"{speaker} said: {said.strip()}",
+                             "attributed_to": "user", "linked_memory_ids": []})
+    return {"memory": memories}
+
+
 def judge_label(text: str) -> str:
     return "CORRECT" if hashlib.sha256(text.encode("utf-8")).digest()[0] % 2 == 0 else "WRONG"
 
@@ -289,6 +308,8 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_bridge(text))
     if kind == "answer":
         return reply_answer(text)
+    if kind == "mem0_extraction":
+        return json.dumps(reply_mem0_extraction(text))
     if kind == "judge_locomo":
         return json.dumps({"label": judge_label(text)})
     if kind == "judge_lme":

@@ -5,6 +5,8 @@ The server speaks just enough of the OpenAI HTTP protocol for the official ``ope
 * ``GET  /v1/models``            -> one model, ``fake-model``
 * ``POST /v1/chat/completions``  -> a deterministic, schema-valid reply chosen from the prompt kind
 * ``POST /v1/embeddings``        -> deterministic unit vectors (dimension 32 unless ``dimensions``)
+* ``/v1/files``, ``/v1/batches``  -> the Batch API (``batches.FakeBatches``; ``server.batch.plan``
+  makes batches slow, held, expired or rejected)
 
 The prompt kind of a chat request is read from its ``X-Prompt-Id`` header (the id of the prompt
 template that produced the messages, which ``LLMClient.complete(prompt_id=...)`` sends) through the
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 
+from tests.fake_openai.batches import FakeBatches, parse_multipart
 from tests.fake_openai.instrumentation import Instrumentation
 from tests.fake_openai.scripted import (
     CHAT_KINDS,
@@ -156,6 +159,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: Any, headers: Optional[dict[str, str]] = None,
                    *, raw: Optional[bytes] = None, content_type: str = "application/json") -> None:
         body = raw if raw is not None else json.dumps(payload).encode("utf-8")
+        if self.server.fake.killed:  # a dead server answers nothing: the client sees a reset
+            self.close_connection = True
+            return
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -181,7 +187,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes
     def do_GET(self) -> None:  # noqa: N802
-        if self._path() in ("/v1/models", "/models"):
+        path, batches = self._path(), self.server.fake.batch
+        if path.startswith("/v1/files/") and path.endswith("/content"):
+            data = batches.content(path.split("/")[3])
+            if data is None:
+                self._send_json(404, _error_body(f"No such File object: {path}", "invalid_request_error"))
+            else:
+                self._send_json(200, None, raw=data, content_type="application/octet-stream")
+        elif path == "/v1/batches":
+            self._send_json(200, batches.list())
+        elif path.startswith("/v1/batches/"):
+            self._send_json(*batches.retrieve(path.split("/")[3]))
+        elif self._path() in ("/v1/models", "/models"):
             self._send_json(200, {"object": "list", "data": [
                 {"id": FAKE_MODEL, "object": "model", "created": 1700000000, "owned_by": "fake-openai"},
             ]})
@@ -193,6 +210,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = self._path()
+        if path == "/v1/files":
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            self._send_json(*self.server.fake.batch.upload(parse_multipart(self.headers.get("Content-Type", ""), raw)))
+            return
+        if path == "/v1/batches":
+            body = self._read_body()
+            self._send_json(*self.server.fake.batch.create(body if isinstance(body, dict) else {}))
+            return
         if path in ("/v1/chat/completions", "/chat/completions"):
             route = "chat"
         elif path in ("/v1/embeddings", "/embeddings"):
@@ -357,7 +383,9 @@ class FakeOpenAI(Instrumentation):
         self._released = threading.Event()
         self._released.set()
         self._pinned_bodies: dict[str, list[str]] = {}  # kind -> distinct bodies, first-arrival order
+        self.batch = FakeBatches(self._answer_batch_line)  # files and batches (not in ``requests``)
         self._stopping = threading.Event()
+        self.killed = False  # set by ``kill()``: requests in flight get no reply
         self._connections: set[socket.socket] = set()
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
@@ -368,6 +396,7 @@ class FakeOpenAI(Instrumentation):
         if self._server is not None:
             return self
         self._stopping.clear()
+        self.killed = False
         server = _Server(("127.0.0.1", 0), _Handler)
         server.fake = self
         self._server = server
@@ -398,6 +427,19 @@ class FakeOpenAI(Instrumentation):
         self._server = None
         self._thread = None
 
+    def kill(self) -> None:
+        """Die like a crashed server: requests in flight get their connection reset, no reply, and
+        new connections are refused (the port is closed)."""
+        with self._lock:
+            self.killed = True
+            open_conns = list(self._connections)
+        for conn in open_conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.stop()
+
     def __enter__(self) -> "FakeOpenAI":
         return self.start()
 
@@ -415,6 +457,40 @@ class FakeOpenAI(Instrumentation):
                 self._released.set()
             else:
                 self._released.clear()
+
+    def _answer_batch_line(self, line: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """(status, body) of one batch line, answered as the same live request would be, faults
+        included; batch lines are not in ``requests`` (live traffic only)."""
+        body = line.get("body") or {}
+        cid = str(line.get("custom_id", ""))
+        prompt_id = cid.split(":", 1)[1] if ":" in cid else None
+        kind = kind_for_prompt_id(prompt_id)
+        if kind == UNKNOWN_KIND:
+            return 400, _error_body(unknown_kind_message(prompt_id), "invalid_request_error", "unknown_prompt_kind")
+        with self._lock:
+            canonical = json.dumps(body, sort_keys=True, ensure_ascii=False)
+            seen = self._body_seen[canonical]
+            self._body_seen[canonical] += 1
+            fault = self._choose_fault(kind, canonical, seen)
+        if fault in HTTP_FAULTS:
+            message, type_, code = _HTTP_FAULT_BODIES[fault]
+            return int(fault), _error_body(message.replace("{key}", "***"), type_, code)
+        text = prompt_text(body.get("messages") or [])
+        content = scripted_content(kind, text)
+        if fault == "malformed":
+            content = MALFORMED_CONTENT
+        elif fault == "truncated":
+            content = content[: len(content) // 2]
+        elif fault == "empty":
+            content = ""
+        if fault in BODY_FAULTS:  # a line cannot be cut off; its body can lack the completion
+            return 200, {"id": f"chatcmpl-fake-batch-{seen}", "object": "chat.completion"}
+        usage = {"prompt_tokens": approx_tokens(text), "completion_tokens": approx_tokens(content)}
+        return 200, {"id": "chatcmpl-fake-batch", "object": "chat.completion", "created": int(time.time()),
+                     "model": body.get("model") or FAKE_MODEL,
+                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                  "finish_reason": "stop", "logprobs": None}],
+                     "usage": {**usage, "total_tokens": sum(usage.values())}}
 
     # -- internals (called from handler threads)
     def _wait_if_held(self, index: int) -> None:

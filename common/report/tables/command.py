@@ -1,10 +1,10 @@
-"""The paper's Tables 1, 2, 3, 4 and 10 from the harness's runs (``python -m common.report.tables``).
+"""The paper's Tables 1, 2, 3, 4, 10 and the "systems" table from the runs (``python -m common.report.tables``).
 
 ``main`` builds the wanted tables and writes them with ``common.report.tables.writers``;
 ``cli`` is the argument handling and error reporting it shares with ``common.report.figures``.
 The first paragraph above is the ``--help`` description.
 
-    python -m common.report.tables [--results results] [--out results/tables] [--only 1,2,3,4,10] [--subset ...]
+    python -m common.report.tables [--results results] [--out results/tables] [--only 1,2,3,4,10,systems] [--subset ...]
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from common.core.config import ConfigError, resolve_path
 from common.pipeline import experiments as exp_mod
 from common.report.tables.published import DEFAULT_PUBLISHED, load_published
 from common.report.tables.runs import Context, TableError
+from common.report.tables.systems import systems_table
 from common.report.tables.table import Table
 from common.report.tables.table1 import table1
 from common.report.tables.table2 import table2
@@ -26,7 +27,8 @@ from common.report.tables.table10 import table10
 from common.report.tables.writers import write
 
 DEFAULT_OUT = "results/tables"
-BUILDERS: dict[str, Callable[[Context], Table]] = {"1": table1, "2": table2, "3": table3, "4": table4, "10": table10}
+BUILDERS: dict[str, Callable[[Context], Table]] = {"1": table1, "2": table2, "3": table3, "4": table4, "10": table10,
+                                                   "systems": systems_table}
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

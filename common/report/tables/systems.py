@@ -1,0 +1,70 @@
+"""The "systems" table: every finished run of any memory system, one row per run and judge.
+
+Same cell format and provenance as Tables 1 and 2 (accuracy % [CI] (k/n), recounted from
+``01_gold.jsonl`` + ``08_judge_<judge>.jsonl``), with the system (``method.name``), the answer
+prompt, the answer model, the judge and the run's protocol fingerprint, so that a researcher's
+own system sits beside EnSIMem, the baselines and mem0; ``make compare A=... B=...`` then
+gives the paired difference between any two rows.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from common.core import fingerprint
+from common.report.tables.published import DASH
+from common.report.tables.runs import MAKE_MAIN, Context, MissingRun, RunData, measured, open_run
+from common.report.tables.table import Table, fmt_acc
+
+BENCHMARKS = ("locomo", "longmemeval")
+
+
+def _settings(run: RunData) -> dict[str, Any]:
+    path = run.dir / "config.resolved.yaml"
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return {"system": str((cfg.get("method") or {}).get("name") or DASH),
+            "prompt": str((cfg.get("answer") or {}).get("prompt") or "harness")}
+
+
+def _fingerprint(run: RunData, judge: str) -> str:
+    fp = run.fingerprint_for(judge)
+    if isinstance(fp, dict):
+        return f"{fp.get('run') or DASH} / {fp.get('judge') or DASH}"
+    return str(fp or fingerprint.stored(run.dir) or DASH)
+
+
+def systems_table(ctx: Context) -> Table:
+    table = Table("systems", "Memory systems: LLM-judge accuracy (%) of every finished run",
+                  ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Overall", "Answer model", "Judge",
+                   "Fingerprint (run / judge)", "Protocol"])
+    notes: list[str] = []
+    for benchmark in BENCHMARKS:
+        root = ctx.results / benchmark
+        for run_dir in sorted(p for p in root.glob("*") if (p / "metrics.json").exists()) if root.exists() else []:
+            run = open_run(ctx.results, benchmark, run_dir.name, MAKE_MAIN[benchmark])
+            about = _settings(run)
+            for judge in run.judge_names():
+                ref = f"S{len(table.rows) + 1}"
+                m = measured(run, judge)
+                ident = run.identity(judge, ctx.published)
+                row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"],
+                       "Answer prompt": about["prompt"], "Overall": fmt_acc(m.summary),
+                       "Answer model": ident.answer_model, "Judge": ident.judge_model,
+                       "Fingerprint (run / judge)": _fingerprint(run, judge), "Protocol": ident.protocol}
+                table.rows.append(row)
+                table.add_cell(ref, "Overall", row["Overall"], m.source)
+                if run.coverage_warning:
+                    notes.append(f"{ref}: {run.coverage_warning}")
+    if not table.rows:
+        raise MissingRun(f"{ctx.results}: no finished run (no <benchmark>/<run>/metrics.json); "
+                         f"create one with `make locomo` or `make locomo SET=\"method.name=mem0\" RUN=mem0`")
+    table.notes += [
+        "One row per finished run and judge under the results directory, any memory system (method.name). "
+        "Each cell is accuracy % [95% CI when metrics.json has one] (k/n), recounted from 01_gold.jsonl + "
+        "08_judge_<judge>.jsonl; failed judgments count as wrong.",
+        "Rows are comparable when benchmark, answer model, judge and protocol agree; the run fingerprint also "
+        "covers the system's settings and answer prompt. Paired difference, CI and McNemar between any two: "
+        "`make compare A=results/<benchmark>/<run> B=results/<benchmark>/<other run>`.",
+        *notes]
+    return table

@@ -1,0 +1,1 @@
+"""Memory systems behind one interface: EnSIMem, the harness's baselines and outside systems."""

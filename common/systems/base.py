@@ -1,0 +1,181 @@
+"""The interface every memory system implements, and how the harness renders what it returns.
+
+A system sees what stages 02-07 may see: the sessions of a memory (``MemoryView``: turns with
+ids, speakers, dates, image captions) and the question (``Question``: id, text, date). It never
+sees gold answers, evidence or categories; the poisoning test in ``tests/test_systems.py`` runs
+every registered system on a gold-poisoned fixture and requires identical requests.
+
+The harness calls ``ingest`` once per memory (in time order, state under ``state_dir``), then
+``row`` once per question; the default ``row`` turns ``search``'s evidence into a
+``RetrievalRow`` (the evidence buffer the answer stage reads). Answering, judging, aggregation,
+fingerprints and the ledger are the harness's, the same for every system.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional
+
+from common.core.config import Config
+from common.core.schema import Question, RetrievalRow
+from common.core.tokens import count_tokens
+from common.method.render import MemoryView
+
+# Stages every system goes through: the protocol is the harness's. A system adds the method
+# stages it uses (EnSIMem: episodes, extract, index, plan); the others say "skipped".
+PROTOCOL_STAGES = frozenset({"preprocess", "retrieve", "answer", "judge", "aggregate"})
+# The graph stages that build EnSIMem's memory: a system runs those it declares in ``stages``.
+# Every other stage (the protocol's, and stages a user adds to the graph) runs for every system.
+METHOD_STAGES = frozenset({"episodes", "extract", "index", "plan"})
+
+
+@dataclass
+class Evidence:
+    """One retrieved item: a memory text, where it came from and how well it matched."""
+
+    text: str
+    dia_ids: list[str] = field(default_factory=list)  # source turns, when the system knows them
+    timestamp: str = ""  # the session date (or the system's own time) of the item
+    score: Optional[float] = None
+    source: str = ""  # e.g. the speaker whose memory it is (mem0 keeps one memory per speaker)
+
+
+@dataclass
+class Spent:
+    """What a call of the system cost: LLM calls and tokens, and wall seconds."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    # Audit records of the calls (``Completion.record``: model, usage, cached; no text): the
+    # ledger prices ingestion from them.
+    llm_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, other: "Spent") -> None:
+        self.calls += other.calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.seconds = round(self.seconds + other.seconds, 4)
+        self.llm_calls += other.llm_calls
+
+    def totals(self) -> dict[str, Any]:
+        """The counts without the call records (manifests, console)."""
+        return {k: v for k, v in asdict(self).items() if k != "llm_calls"}
+
+
+@dataclass
+class Found:
+    """``search``'s answer: the evidence, best first, what it cost, and free-form notes."""
+
+    evidence: list[Evidence]
+    spent: Spent = field(default_factory=Spent)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What the harness hands a system: settings, where to keep state, shared tools.
+
+    ``embedder()`` is the harness's embedding model (loaded on first use); ``llm`` is the
+    harness's cached LLM client (``complete(role, messages, ...)``; role ``memory``) or None when
+    the system declares no ``role``. ``read_gold`` exists only for a system that declares
+    ``reads_gold`` (the labelled oracle); for every other system it is None.
+    """
+
+    cfg: Config
+    run_dir: Path
+    state_dir: Path
+    embedder: Callable[[], Any]
+    llm: Any = None
+    read_gold: Optional[Callable[[], dict[str, Any]]] = None
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """``method.options`` of the config: the system's own settings."""
+        return dict(self.cfg.method.options)
+
+    @property
+    def include_images(self) -> bool:
+        return self.cfg.episodes.include_images
+
+
+class MemorySystem:
+    """Subclass this; ``search`` is the one method a system must write.
+
+    Class attributes: ``name`` (the registered name or the class's import path), ``stages``
+    (graph stages it runs; at least ``PROTOCOL_STAGES``), ``role`` (the LLM role it calls
+    through ``ctx.llm``, ``"memory"`` for outside systems, else None), ``reads_gold`` (only
+    the oracle).
+    """
+
+    name: str = ""
+    stages: ClassVar[frozenset[str]] = PROTOCOL_STAGES
+    role: Optional[str] = None
+    reads_gold: ClassVar[bool] = False
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    # ---- what the harness asks
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes this system's output: a change re-ingests and redoes rows."""
+        return self.ctx.options
+
+    def ingest(self, view: MemoryView, state_dir: Path) -> Spent:
+        """Build this memory's state under ``state_dir`` (empty at the call). Default: nothing."""
+        return Spent()
+
+    def search(self, question: Question, view: MemoryView) -> Found:
+        raise NotImplementedError(f"{type(self).__name__}.search")
+
+    @classmethod
+    def estimate_ingest(cls, view: MemoryView, cfg: Config) -> Optional[Spent]:
+        """The dry run's hook: the LLM calls and tokens ``ingest`` will spend on this memory,
+        or None when the system does not say (then the dry run lists it as not estimated)."""
+        return None
+
+    @classmethod
+    def ingests(cls) -> bool:
+        """Whether the system builds state in ``ingest`` (the harness then tracks it per memory)."""
+        return cls.ingest is not MemorySystem.ingest
+
+    def inputs(self) -> list[Path]:
+        """Run files 06 reads for this system (the manifest's inputs)."""
+        return [self.ctx.run_dir / "01_sessions.jsonl", self.ctx.run_dir / "01_questions.jsonl"]
+
+    def digest(self, question: Question) -> str:
+        """A digest of a question row's inputs beyond the question and the memory (stale rows)."""
+        return ""
+
+    def extra(self) -> dict[str, Any]:
+        """Fields of 06's manifest that describe this run of the system."""
+        return {"mode": self.name, "reads_gold": self.reads_gold}
+
+    def row(self, question: Question, view: MemoryView) -> RetrievalRow:
+        """The 06 row of one question (built-in systems write their own; others get this)."""
+        started = time.perf_counter()
+        found = self.search(question, view)
+        return render(question, self.name, found, round(time.perf_counter() - started, 4))
+
+
+def render_evidence(evidence: list[Evidence]) -> str:
+    """The evidence buffer of an outside system: one line per item, grouped by source, in the
+    order the system returned them (best first), each with its date when it has one."""
+    groups: dict[str, list[str]] = {}
+    for e in evidence:
+        line = f"- {e.timestamp}: {e.text}" if e.timestamp else f"- {e.text}"
+        groups.setdefault(e.source, []).append(line)
+    blocks = [(f"Memories of {src}:\n" if src else "") + "\n".join(lines) for src, lines in groups.items()]
+    return "\n\n".join(blocks)
+
+
+def render(question: Question, name: str, found: Found, seconds: float) -> RetrievalRow:
+    text = render_evidence(found.evidence)
+    dia = list(dict.fromkeys(d for e in found.evidence for d in e.dia_ids))
+    info = {**found.info, "evidence": [asdict(e) for e in found.evidence], "spent": asdict(found.spent)}
+    return RetrievalRow(qid=question.qid, memory_id=question.memory_id, question=question.question, mode=name,
+                        scope="", reasoning_type="", selected=[], episode_ids=[], dia_ids=dia, coverage={},
+                        buffer_text=text, buffer_tokens=count_tokens(text) if text else 0,
+                        seconds=found.spent.seconds or seconds, method_info=info)

@@ -1,0 +1,52 @@
+"""Which memory system ``method.name`` names: a registered name or ``package.module:Class``.
+
+A registered name maps to an import path, so reading the registry imports no system (mem0 is
+imported only by a run that uses it). An import path lets a user run their own system without
+editing the harness: the class must subclass ``MemorySystem`` and declare the protocol stages.
+"""
+from __future__ import annotations
+
+import importlib
+import typing
+
+from common.core.config import ConfigError, MethodConfig
+from common.systems.base import METHOD_STAGES, PROTOCOL_STAGES, MemorySystem
+
+REGISTERED: dict[str, str] = {
+    "ensimem": "common.systems.builtin:EnSIMem",
+    "full_context": "common.systems.builtin:FullContext",
+    "rag_turns": "common.systems.builtin:RagTurns",
+    "no_memory": "common.systems.builtin:NoMemory",
+    "oracle": "common.systems.builtin:Oracle",
+    "mem0": "common.systems.mem0:Mem0",
+}
+
+
+def system_class(name: str) -> type[MemorySystem]:
+    """The class of ``name``; a one-line ConfigError naming ``method.name`` when it is unusable."""
+    path = REGISTERED.get(name, name)
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise ConfigError(f"method.name: {name!r} is neither a registered system "
+                          f"({', '.join(REGISTERED)}) nor an import path package.module:Class")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"method.name: cannot import {path!r} ({type(exc).__name__}: {exc})") from exc
+    if not (isinstance(cls, type) and issubclass(cls, MemorySystem)):
+        raise ConfigError(f"method.name: {path!r} is not a subclass of common.systems.base.MemorySystem")
+    missing = PROTOCOL_STAGES - cls.stages
+    if missing:
+        raise ConfigError(f"method.name: {path!r} leaves out protocol stages {sorted(missing)}")
+    return cls
+
+
+def uses_stage(name: str, stage: str) -> bool:
+    """Whether the system runs the graph stage ``stage``: a method stage (``METHOD_STAGES``) only
+    when the system declares it; the others say ``skipped``."""
+    return stage not in METHOD_STAGES or stage in system_class(name).stages
+
+
+def registered_names() -> tuple[str, ...]:
+    """The names ``method.name`` accepts besides import paths (the config's Literal agrees)."""
+    return tuple(typing.get_args(typing.get_args(typing.get_type_hints(MethodConfig)["name"])[0]))

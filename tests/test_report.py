@@ -1,0 +1,289 @@
+"""The loss decomposition (metrics.json, make compare) and the report page's build (no browser here)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.core.schema import Gold
+from common.evaluation.loss import CLASSES, classify, decompose, disagreements, evidence_coverage, question_losses
+from common.report import compare
+from common.report.html import TEMPLATES, build, main, question_data
+from tests.conftest import REPO, rows
+from tests.report_runs import report_runs
+
+JUDGE = "gpt-4o-mini"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    return report_runs(tmp_path_factory.getbasetemp() / "report_runs")
+
+
+def gold(**kw) -> Gold:
+    return Gold(qid="m:q1", memory_id="m", answer="x", category=1, **kw)
+
+
+# ----------------------------------------------------------------------------- the classes
+@pytest.mark.parametrize("state,label,expected", [
+    ("full", 1, "ok"), ("full", 0, "reading_error"), ("partial", 1, "partial"), ("partial", 0, "partial"),
+    ("none", 1, "lucky"), ("none", 0, "retrieval_miss"), ("full", None, "failed"), ("none", None, "failed"),
+    ("no_gold", 1, "no_gold_evidence"), ("no_gold", None, "no_gold_evidence"), ("unknown", 0, "no_buffer"),
+])
+def test_every_cell_of_coverage_x_label_has_its_class(state, label, expected):
+    assert classify(state, label) == expected
+
+
+def test_evidence_coverage_full_partial_none_and_its_sources():
+    g = gold(evidence=["D1:1", "D1:3", "D1:3"])
+    assert evidence_coverage(g, ["D1:1", "D1:2", "D1:3"]).state == "full"
+    part = evidence_coverage(g, ["D1:3"])
+    assert (part.state, part.found, part.needed, part.source) == ("partial", 1, 2, "evidence")
+    assert evidence_coverage(g, ["D9:9"]).state == "none"
+    assert evidence_coverage(g, []).state == "none"
+    assert evidence_coverage(g, None).state == "unknown"
+    assert evidence_coverage(gold(), ["D1:1"]).state == "no_gold"
+    # Corrected evidence (errata) replaces the gold evidence of the question.
+    fixed = evidence_coverage(g, ["D1:1", "D1:3"], corrected=["D2:1"])
+    assert (fixed.state, fixed.source, fixed.gold_ids) == ("none", "corrected", ("D2:1",))
+    # LongMemEval: has_answer turns, else whole answer sessions (found when any of their turns is read).
+    assert evidence_coverage(gold(has_answer=["s1:2"]), ["s1:2"]).source == "has_answer"
+    sessions = gold(answer_session_ids=["ans_1", "ans_2"])
+    cov = evidence_coverage(sessions, ["t1", "t7"], session_of={"t1": "ans_1", "t7": "other"})
+    assert (cov.state, cov.found, cov.needed, cov.source) == ("partial", 1, 2, "answer_sessions")
+    assert evidence_coverage(gold(answer_session_ids=["ans_1"], abstention=True), ["t1"]).state == "no_gold"
+
+
+def test_disagreements_ignore_failed_judgments():
+    assert disagreements({"a": {"q1": 1, "q2": 0, "q3": None}, "b": {"q1": 0, "q2": 0, "q3": 1}}) == {"q1"}
+
+
+# ----------------------------------------------------------------------------- metrics.json
+def recount(run_dir: Path, judge: str) -> dict[str, int]:
+    """The classes recounted here from the files, independently of common.evaluation.loss."""
+    golds = {g["qid"]: g for g in rows(run_dir / "01_gold.jsonl")}
+    rets = {r["qid"]: set(r["dia_ids"]) for r in rows(run_dir / "06_retrieve.jsonl")}
+    counts = dict.fromkeys(CLASSES, 0)
+    for j in rows(run_dir / f"08_judge_{judge}.jsonl"):
+        ev = set(golds[j["qid"]]["evidence"] or golds[j["qid"]]["has_answer"])
+        found = len(ev & rets[j["qid"]])
+        if not ev:
+            cls = "no_gold_evidence"
+        elif j["label"] is None:
+            cls = "failed"
+        elif found == len(ev):
+            cls = "ok" if j["label"] == 1 else "reading_error"
+        elif found == 0:
+            cls = "lucky" if j["label"] == 1 else "retrieval_miss"
+        else:
+            cls = "partial"
+        counts[cls] += 1
+    return counts
+
+
+@pytest.mark.parametrize("name", ["a", "b"])
+def test_metrics_json_holds_the_loss_decomposition(runs, name):
+    metrics = json.loads((runs[name] / "metrics.json").read_text())
+    loss = metrics["loss"]["judges"][JUDGE]
+    assert loss["overall"]["counts"] == recount(runs[name], JUDGE)
+    assert loss["overall"]["n"] == metrics["judges"][JUDGE]["overall"]["n"] == sum(loss["overall"]["counts"].values())
+    for cat, block in loss["by_category"].items():
+        assert block["n"] == metrics["judges"][JUDGE]["by_category"][cat]["n"]
+        assert sum(block["counts"].values()) == block["n"]
+        assert all(block["rates"][c] == pytest.approx(block["counts"][c] / block["n"]) for c in CLASSES)
+    # Right answers are ok, lucky or partial-right; the matrix keeps the partial split.
+    k = metrics["judges"][JUDGE]["overall"]["k"]
+    o = loss["overall"]
+    assert o["counts"]["ok"] + o["counts"]["lucky"] + o["coverage"]["partial"]["right"] == k
+
+
+def test_the_rag_baseline_with_one_turn_misses_evidence(runs):
+    counts = json.loads((runs["b"] / "metrics.json").read_text())["loss"]["judges"][JUDGE]["overall"]["counts"]
+    assert counts["retrieval_miss"] + counts["partial"] + counts["lucky"] > 0
+
+
+def test_longmemeval_loss_uses_has_answer_turns(runs):
+    metrics = json.loads((runs["lme"] / "metrics.json").read_text())
+    judge = next(iter(metrics["judges"]))
+    loss = metrics["loss"]
+    gold_rows = rows(runs["lme"] / "01_gold.jsonl")
+    # LongMemEval's preprocess stores the has_answer turns as the question's evidence too.
+    with_turns = [g for g in gold_rows if g["has_answer"]]
+    assert with_turns and all(g["evidence"] == g["has_answer"] for g in with_turns)
+    sources = loss["evidence_sources"]
+    assert sources.get("evidence", 0) + sources.get("has_answer", 0) == len(with_turns)
+    assert loss["evidence_sources"].get("none", 0) >= sum(g["abstention"] for g in gold_rows)
+    overall = loss["judges"][judge]["overall"]
+    assert overall["n"] == metrics["judges"][judge]["overall"]["n"] == sum(overall["counts"].values())
+    assert set(loss["judges"][judge]["by_category"]) <= set(metrics["judges"][judge]["by_type"])
+
+
+def test_corrected_evidence_can_be_passed_in(runs):
+    first = question_losses(runs["a"], JUDGE)[0]
+    plain = decompose(runs["a"], [JUDGE])
+    fixed = decompose(runs["a"], [JUDGE], corrected={first.qid: ["D99:1"]})
+    assert plain["corrected_evidence"] == 0 and fixed["corrected_evidence"] == 1
+    moved = "lucky" if first.label == 1 else "retrieval_miss"
+    assert fixed["judges"][JUDGE]["overall"]["counts"][moved] == plain["judges"][JUDGE]["overall"]["counts"][moved] + 1
+
+
+def test_two_judges_count_their_disagreements(runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs["a"], run)
+    judged = rows(run / f"08_judge_{JUDGE}.jsonl")
+    flipped = judged[:3]
+    other = [{**r, "judge": "other", "label": 1 - r["label"]} if r in flipped else {**r, "judge": "other"}
+             for r in judged]
+    (run / "08_judge_other.jsonl").write_text("".join(json.dumps(r) + "\n" for r in other))
+    loss = decompose(run, [JUDGE, "other"])
+    for j in (JUDGE, "other"):
+        assert loss["judges"][j]["overall"]["judge_disagreement"] == 3
+    assert "judge_disagreement" not in decompose(run, [JUDGE])["judges"][JUDGE]["overall"]
+    data = question_data(run, JUDGE)
+    assert {q["qid"] for q in data["questions"] if q["disagree"]} == {r["qid"] for r in flipped}
+
+
+# ----------------------------------------------------------------------------- make compare
+def test_compare_prints_the_loss_decomposition_of_both_runs(runs, capsys):
+    assert compare.main([str(runs["a"]), str(runs["b"])]) == 0
+    out = capsys.readouterr().out
+    assert "Loss decomposition" in out
+    a = decompose(runs["a"], [JUDGE])["judges"][JUDGE]["overall"]["counts"]
+    b = decompose(runs["b"], [JUDGE])["judges"][JUDGE]["overall"]["counts"]
+    for cls in CLASSES:
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"| {cls} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1].split()[0] == str(a[cls]) and cells[2].split()[0] == str(b[cls])
+        assert cells[3] == f"{b[cls] - a[cls]:+d}"
+
+
+# ----------------------------------------------------------------------------- the page
+def outside_data(html: str) -> str:
+    """The page without its JSON data block and inline script (which quote stored text)."""
+    return re.sub(r"<script\b.*?</script>", "", html, flags=re.S)
+
+
+def test_the_page_is_static_self_contained_and_lazy(runs, tmp_path):
+    path = build(runs["a"], out=tmp_path / "index.html")
+    html = path.read_text(encoding="utf-8")
+    assert "<script src" not in html and "<link" not in html and "@import" not in html
+    static = outside_data(html)
+    assert not re.search(r"(src|href)=\"(https?:)?//", static)
+    # No buffer is rendered up front: details are built from the JSON when a question is opened.
+    assert "<pre" not in static
+    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>',
+                                html, re.S).group(1))
+    rets = {r["qid"]: r for r in rows(runs["a"] / "06_retrieve.jsonl")}
+    for qid, d in data["details"].items():
+        assert "\n\n".join(data["blocks"][i] for i in d["retrieval"]["buffer"]) == rets[qid]["buffer_text"]
+    # Shared episodes are stored once.
+    assert len(data["blocks"]) < sum(len(d["retrieval"]["buffer"]) for d in data["details"].values())
+    # "</script>" inside stored text could not end the data block early.
+    assert "</" not in re.search(r'id="report-data">(.*?)</script>', html, re.S).group(1)
+
+
+def test_an_imported_run_with_answers_and_labels_only(runs, tmp_path):
+    run = tmp_path / "imported"
+    run.mkdir()
+    for name in ("config.resolved.yaml", "01_gold.jsonl", "01_questions.jsonl", "07_answer.jsonl",
+                 f"08_judge_{JUDGE}.jsonl"):
+        shutil.copy(runs["a"] / name, run / name)
+    path = build(run)
+    assert path == run / "report" / "index.html"
+    data = question_data(run, JUDGE)
+    scored = [q for q in data["questions"] if q["scored"]]
+    assert scored and {q["cls"] for q in scored} == {"no_buffer"}
+    assert all(d["retrieval"] is None and d["plan"] is None for d in data["details"].values())
+    assert "No metrics.json" in path.read_text(encoding="utf-8")
+
+
+def test_make_report_writes_the_page_and_names_it(runs):
+    results = runs["a"].parent.parent
+    cmd = ["make", "-s", "report", f"PY={sys.executable}", "RUN=a", "BENCH=locomo", "B=b", f"RESULTS={results}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    page = runs["a"] / "report" / "index.html"
+    assert f"report: {page}" in proc.stdout
+    assert 'id="diff"' in page.read_text(encoding="utf-8")
+
+
+def test_report_errors_are_one_line(tmp_path, capsys):
+    assert main(["--run", "nope", "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0]
+
+
+def test_templates_are_tracked_package_files():
+    files = sorted(p.name for p in TEMPLATES.iterdir())
+    assert files == ["report.css", "report.html.j2", "report.js"]
+    for name in files:
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(TEMPLATES / name)], cwd=REPO)
+        assert ignored.returncode == 1, f"{name} is git-ignored: a clean clone would lack it"
+
+
+def test_ci_installs_the_browser_before_the_tests():
+    text = (REPO / ".ci" / "run").read_text()
+    assert "apt-get install -y chromium chromium-driver" in text
+    assert text.index("apt-get install -y chromium chromium-driver") < text.index('make test VENV')
+
+
+def test_the_demo_ends_with_the_report_path(fake_server, tmp_path, capsys, monkeypatch):
+    from common.demo.app import main as demo
+
+    monkeypatch.delenv("LOCOMO_JSON", raising=False)
+    monkeypatch.setattr("common.demo.app.DOWNLOADED_PATH", "no/such/file.json")
+    sets = ["--set", f"run.results_dir={tmp_path / 'demo'}", "--set", f"llm.cache_path={tmp_path / 'llm.sqlite'}",
+            "--set", f"embedding.cache_path={tmp_path / 'emb.sqlite'}", "--set", "llm.initial_wait=0.01"]
+    assert demo(["--endpoint", fake_server.base_url, "--limit", "2", *sets]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    page = tmp_path / "demo" / "locomo" / "smollm2-135m" / "report" / "index.html"
+    assert last.startswith("per-question report") and last.endswith(str(page).replace(str(REPO) + "/", ""))
+    assert page.exists()
+
+
+def test_the_report_takes_corrected_evidence(runs, tmp_path):
+    first = question_losses(runs["a"], JUDGE)[0]
+    data = question_data(runs["a"], JUDGE, corrected={first.qid: ["D99:1"]})
+    row = next(q for q in data["questions"] if q["qid"] == first.qid)
+    assert row["cls"] == ("lucky" if first.label == 1 else "retrieval_miss")
+    assert data["details"][first.qid]["loss"]["coverage"]["source"] == "corrected"
+    fixed = {first.qid: ["D99:1"]}
+    page = build(runs["a"], out=tmp_path / "c.html", corrected=fixed).read_text(encoding="utf-8")
+    table = page[page.index('id="loss-table"'):]
+    overall = table[table.index('data-group="overall"'):table.index("</tr>", table.index('data-group="overall"'))]
+    counts = decompose(runs["a"], [JUDGE], fixed)["judges"][JUDGE]["overall"]["counts"]
+    for cls in CLASSES:
+        assert f'data-class="{cls}"><span class="count">{counts[cls]}</span>' in overall
+
+
+def test_a_longmemeval_report_shows_the_table_2_row(runs, tmp_path):
+    metrics = json.loads((runs["lme"] / "metrics.json").read_text())
+    judge = next(iter(metrics["judges"]))
+    block = metrics["judges"][judge]
+    page = build(runs["lme"], out=tmp_path / "lme.html").read_text(encoding="utf-8")
+    for qtype, cell in block["by_type"].items():
+        row = page[page.index(f'<tr data-group="{qtype}"'):]
+        assert f'<span class="k">{cell["k"]}</span>/<span class="n">{cell["n"]}</span>' in row[:row.index("</tr>")]
+    abstention = block["abstention"]
+    assert f"Abstention: {100 * abstention['accuracy']:.1f}% ({abstention['k']}/{abstention['n']})" in page
+    data = question_data(runs["lme"], judge)
+    assert [q["qid"] for q in data["questions"]] == [g["qid"] for g in rows(runs["lme"] / "01_gold.jsonl")]
+    assert all(q["f1"] is None for q in data["questions"])  # the official F1 is LoCoMo's
+
+
+def test_compare_of_two_judges_prints_each_judges_loss_and_their_disagreements(runs, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(runs["a"], run, ignore=shutil.ignore_patterns("report"))
+    judged = rows(run / f"08_judge_{JUDGE}.jsonl")
+    other = [{**r, "judge": "other", "label": 1 - r["label"] if i < 2 else r["label"]} for i, r in enumerate(judged)]
+    (run / "08_judge_other.jsonl").write_text("".join(json.dumps(r) + "\n" for r in other))
+    assert compare.main([str(run), "--judge", JUDGE, "--judge-b", "other"]) == 0
+    out = capsys.readouterr().out
+    assert "each judge over its own" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("| judge_disagreement"))
+    assert [c.strip() for c in line.strip("|").split("|")][1:3] == ["2", "2"]

@@ -1,0 +1,214 @@
+"""Memory systems behind one interface (common/systems/): registry, results unchanged, skips."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from common.core.config import ConfigError, load_config
+from common.core.io import ArtifactError
+from common.systems import registry
+from common.systems.base import PROTOCOL_STAGES, MemorySystem
+from tests import system_digests
+from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages
+
+# Found without importing it: an import before common.systems.mem0 sets MEM0_TELEMETRY=False would
+# start mem0's telemetry.
+HAVE_MEM0 = importlib.util.find_spec("mem0") is not None
+
+
+@pytest.mark.parametrize("system", system_digests.SYSTEMS)
+def test_builtin_systems_reproduce_the_runs_recorded_before_the_registry(tmp_path, fake_server, system):
+    """Digests of 02-08 and the score, recorded on the pre-registry code path (commit 7293515)."""
+    recorded = json.loads(system_digests.RECORDED.read_text())[system]
+    assert system_digests.run_digests(tmp_path, fake_server.base_url, system) == recorded
+
+
+def test_every_registered_name_is_a_config_choice_and_a_system():
+    assert set(registry.registered_names()) == set(registry.REGISTERED)
+    for name in registry.REGISTERED:
+        if name == "mem0" and not HAVE_MEM0:
+            continue
+        cls = registry.system_class(name)
+        assert issubclass(cls, MemorySystem) and cls.stages >= PROTOCOL_STAGES
+
+
+@pytest.mark.parametrize("name, message", [
+    ("tests.test_systems:NotASystem", "not a subclass"),
+    ("tests.test_systems:NoProtocol", "leaves out protocol stages"),
+    ("tests.no_such_module:X", "cannot import"),
+])
+def test_a_bad_import_path_is_one_line_naming_method_name(name, message):
+    with pytest.raises(ConfigError, match=f"method.name: .*{message}"):
+        registry.system_class(name)
+
+
+def test_config_accepts_an_import_path_and_rejects_other_names():
+    cfg = load_config(["configs/locomo.yaml"], ["method.name=my_pkg.memory:Mine"])
+    assert cfg.method.name == "my_pkg.memory:Mine"
+    with pytest.raises(ConfigError, match="method.name: 'nope' is not one of ensimem"):
+        load_config(["configs/locomo.yaml"], ["method.name=nope"])
+
+
+class NotASystem:
+    pass
+
+
+class NoProtocol(MemorySystem):
+    stages = frozenset({"retrieve"})
+
+
+def test_stages_a_system_does_not_declare_are_skipped(tmp_path, fake_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": "tests.test_systems:WithPlanOnly"})
+    run = run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes"])
+    assert json.loads((run.dir / "02_episodes.manifest.json").read_text())["skipped"] == (
+        "method=tests.test_systems:WithPlanOnly")
+    # 05 runs (the system declares it): it fails loudly for lack of 04's index instead of skipping.
+    with pytest.raises(ArtifactError, match="04_index"):
+        run_stages("configs/locomo.yaml", sets, ["plan"])
+    assert not (run.dir / "05_plan.manifest.json").exists()
+
+
+class WithPlanOnly(MemorySystem):
+    stages = PROTOCOL_STAGES | {"plan"}
+
+
+def test_rows_of_a_system_are_rendered_evidence(tmp_path):
+    from common.core.schema import Question
+    from common.systems.base import Evidence, Found, Spent, render
+
+    found = Found([Evidence("Ann adopted a cat", ["D1:1"], "8 May 2023", 0.9, "Ann"),
+                   Evidence("Bob likes rain", ["D1:2", "D1:1"], "", 0.5, "Bob")], Spent(calls=1, seconds=0.5))
+    row = render(Question("q", "m", "?"), "mine", found, 2.0)
+    assert row.buffer_text == "Memories of Ann:\n- 8 May 2023: Ann adopted a cat\n\nMemories of Bob:\n- Bob likes rain"
+    assert row.dia_ids == ["D1:1", "D1:2"] and row.seconds == 0.5 and row.mode == "mine"
+    assert row.method_info["evidence"][0]["score"] == 0.9 and row.method_info["spent"]["calls"] == 1
+
+
+def readme_example(tmp_path, monkeypatch) -> str:
+    """The README's example system, written to a module on sys.path: its import path."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- bm25-example:start -->", 1)[1].split("<!-- bm25-example:end -->", 1)[0]
+    code = block.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.splitlines()) < 60, "the README promises a complete system in under 60 lines"
+    (tmp_path / "pkg_example").mkdir(exist_ok=True)
+    (tmp_path / "pkg_example" / "bm25_turns.py").write_text(code, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg_example"))
+    return "bm25_turns:BM25Turns"
+
+
+def test_the_readme_example_runs_end_to_end_as_an_import_path_system(tmp_path, fake_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    name = readme_example(tmp_path, monkeypatch)
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": name, "method.options": "{k: 3}"})
+    run = run_stages("configs/locomo.yaml", sets)
+    for stage in ("02_episodes", "03_extract", "04_index", "05_plan"):
+        assert json.loads((run.dir / f"{stage}.manifest.json").read_text())["skipped"] == f"method={name}"
+    rets = rows(run.path("retrievals"))
+    assert len(rets) == 11 and {r["mode"] for r in rets} == {name}
+    assert all(len(r["method_info"]["evidence"]) == 3 and len(r["dia_ids"]) <= 3 for r in rets)
+    q = next(r for r in rets if r["question"] == "How many hours did the Eiger trail take?")
+    assert q["method_info"]["evidence"][0]["dia_ids"] == ["D2:6"]  # "The Eiger trail, it took us six hours."
+    assert (run.dir / "06_retrieve" / "memory" / "tiny-1" / "turns.json").exists()
+    ingest = json.loads((run.dir / "06_retrieve.manifest.json").read_text())["ingest"]
+    assert ingest["memories"] == 2 and ingest["new"] == 2
+    answers = rows(run.path("answers"))
+    assert {a["prompt_id"] for a in answers} == {"answer_baseline_user"}
+    metrics = json.loads((run.dir / "metrics.json").read_text())
+    assert metrics["judges"]["gpt-4o-mini"]["overall"]["n"] == 9
+    # A rerun ingests nothing and makes no request.
+    paid = fake_server.request_count
+    run_stages("configs/locomo.yaml", sets, ["retrieve", "answer", "judge"])
+    assert fake_server.request_count == paid
+    again = json.loads((run.dir / "06_retrieve.manifest.json").read_text())["ingest"]
+    assert again["resumed"] == 2 and again["new"] == 0
+
+
+def _poison_locomo(path, out):
+    """Change every gold-side field of the fixture; nothing a system may see."""
+    data = json.loads(path.read_text())
+    for item in data:
+        for n, qa in enumerate(item["qa"]):
+            qa["answer"] = f"POISON-ANSWER-{n}"
+            qa["evidence"] = ["D9:9"] if qa.get("evidence") != ["D9:9"] else ["D1:1"]
+            qa["category"] = {1: 2, 2: 3, 3: 4, 4: 1, 5: 5}[qa["category"]]
+            if "adversarial_answer" in qa:
+                qa["adversarial_answer"] = "POISON-ADVERSARIAL"
+    out.write_text(json.dumps(data))
+    return out
+
+
+SYSTEMS_UNDER_POISON = [n for n in registry.REGISTERED if n != "oracle"] + ["README example"]
+
+
+@pytest.mark.parametrize("name", SYSTEMS_UNDER_POISON)
+def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypatch, name):
+    """Every registered system (the oracle is the labelled exception) and the README example."""
+    if name == "mem0" and not HAVE_MEM0:
+        pytest.skip("mem0ai not installed (make install installs requirements-systems.txt)")
+    if name == "README example":
+        name = readme_example(tmp_path, monkeypatch)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    poisoned = _poison_locomo(TINY_LOCOMO, tmp_path / "poisoned.json")
+    sent = []
+    for label, data in (("clean", TINY_LOCOMO), ("poisoned", poisoned)):
+        start = len(fake_server.requests)
+        sets = run_overrides(tmp_path / label, data, **{"method.name": name})
+        run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes", "extract", "index", "plan", "retrieve",
+                                                 "answer"])
+        sent.append(sorted(json.dumps(b, sort_keys=True) for b in fake_server.requests[start:]))
+    assert sent[0] and sent[0] == sent[1], f"a gold field changed what {name} sent to the model"
+    assert "POISON" not in json.dumps(sent[1])
+
+
+def test_only_the_oracle_declares_gold_access():
+    readers = [n for n in registry.REGISTERED if n != "mem0" and registry.system_class(n).reads_gold]
+    assert readers == ["oracle"]
+
+
+def test_systems_table_lists_every_finished_run_and_compare_works_between_any_two(tmp_path, fake_server,
+                                                                                   monkeypatch, capsys):
+    from common.report import compare
+    from common.report.tables import command
+
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    example = readme_example(tmp_path, monkeypatch)
+    for run_name, system in (("bm25", example), ("closed", "no_memory")):
+        run_stages("configs/locomo.yaml", run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": system,
+                                                                                   "run.name": run_name}))
+    results = tmp_path / "results"
+    assert command.main(["--results", str(results), "--out", str(results / "tables"), "--only", "systems"]) == 0
+    table = (results / "tables" / "systems.md").read_text()
+    lines = [line for line in table.splitlines() if line.startswith("| S")]
+    assert len(lines) == 2
+    by_run = {line.split(" | ")[2]: line for line in lines}
+    assert example in by_run["bm25"] and "no_memory" in by_run["closed"]
+    for run_name, line in by_run.items():
+        metrics = json.loads((results / "locomo" / run_name / "metrics.json").read_text())
+        overall = metrics["judges"]["gpt-4o-mini"]["overall"]
+        assert f"({overall['k']}/{overall['n']})" in line and metrics["fingerprint"]["run"] in line
+        assert "harness" in line and "gpt-4o-mini" in line
+    sources = json.loads((results / "tables" / "systems.sources.json").read_text())
+    assert len(sources["cells"]) == 2
+    capsys.readouterr()
+    assert compare.main([str(results / "locomo" / "bm25"), str(results / "locomo" / "closed")]) == 0
+    out = capsys.readouterr().out
+    assert "McNemar" in out or "mcnemar" in out.lower()
+
+
+class CallsWithoutEstimate(MemorySystem):
+    role = "memory"
+
+    def ingest(self, view, state_dir):  # pragma: no cover - the dry run never ingests
+        raise AssertionError("the dry run makes no call")
+
+
+def test_dry_run_lists_an_ingesting_system_without_an_estimate(tmp_path):
+    from common.pipeline import dryrun
+
+    cfg = load_config(["configs/locomo.yaml"], run_overrides(tmp_path, TINY_LOCOMO, **{
+        "method.name": "tests.test_systems:CallsWithoutEstimate"}))
+    row = next(s for s in dryrun.estimate(cfg)["stages"] if s["stage"] == "06_retrieve")
+    assert row["role"] == "memory" and row["calls"] == 0 and "declares no estimate_ingest" in row["basis"]
