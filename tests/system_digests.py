@@ -6,7 +6,9 @@ registry existed (commit 7293515); ``test_systems.py`` reruns the fixture and co
 once since, on merging issues 11 and 12: the digests were taken on issue 11's code (new retrieval
 defaults and judge prompt, still without the registry), and the merged tree reproduced every one of
 them once the two judge-row fields issue 12 added (``labels``, ``corrected``) were left out; only the
-08 digests changed, by those fields. Volatile
+08 digests changed, by those fields. Re-recorded again for protocol 2026.12.1 (dense chunks under
+the authors' header, without the episode id): only EnSIMem's 06, 07 and 08 changed (its dense
+vectors did; 02, 03, 05 and every baseline kept their digests). Volatile
 fields (latencies, wall times, cache hits) are left out; everything a reader of the results sees
 is in. A deliberate change of the method that alters its outputs re-records the file:
 

@@ -54,6 +54,18 @@ def test_stage_rows_and_verdicts():
     assert bad == {"cpu_side": False, "peak_rss": False, "llm_ratio": True, "rerun_calls": False}
 
 
+def test_cpu_side_extrapolates_encoding_by_distinct_sessions_and_the_rest_by_questions():
+    stages = [{"stage": "04_index", "encode_cpu_seconds": 40.0}, {"stage": "06_retrieve"}]
+    run = {"questions": 20, "data": {"distinct_sessions": 800}, "stages": stages, "cpu_side_seconds": 100.0}
+    x = scale.extrapolate_cpu_side(run, questions_full=500, distinct_full=2500)
+    # 40 s of encoding x 2500/800 sessions + 60 s of the rest x 500/20 questions
+    assert x["seconds"] == pytest.approx(40 * 3.125 + 60 * 25)
+    assert x["label"].startswith("EXTRAPOLATED") and "2500/800" in x["label"]
+    assert x["distinct_sessions"] == {"measured": 800, "full": 2500}
+    full = scale.extrapolate_cpu_side({**run, "questions": 500}, 500, 2500)
+    assert full == {"seconds": 100.0, "measured_questions": 500, "label": "measured"}
+
+
 def test_pipeline_run_names_the_benchmark_package():
     run = PipelineRun("x", "configs/longmemeval.yaml", [], package="LongMemEval")
     assert run.stage_command("05_plan")[2] == "LongMemEval.05_plan"

@@ -14,8 +14,11 @@ import pytest
 from common.core import embeddings as emb
 from common.core import fingerprint
 from common.core.config import load_config
-from common.method.index import EMBEDDED_FIELDS, build_index, index_texts
-from tests.test_retrieve import EPISODES, RECORDS, VIEW
+from common.core.schema import ExtractRow
+from common.method.dedup import rebase_episode, rebase_records
+from common.method.index import EMBEDDED_FIELDS, build_index, chunk_text, index_texts
+from common.method.render import MemoryView
+from tests.test_retrieve import EPISODES, RECORDS, SESSIONS, VIEW
 from tests.test_tokens_embeddings import CountingBackend
 
 
@@ -58,6 +61,39 @@ def test_rebuild_from_the_cache_neither_encodes_nor_loads_the_model(tmp_path):
     np.testing.assert_array_equal(first.chunk_vecs, again.chunk_vecs)
     for f in EMBEDDED_FIELDS:
         np.testing.assert_array_equal(first.field_vecs[f], again.field_vecs[f])
+
+
+def test_a_session_shared_by_two_memories_is_embedded_once(tmp_path):
+    """LongMemEval haystacks share sessions; dedup rebases their episodes onto each memory. The
+    chunk texts must not carry the memory (the old header held the episode id, hence the memory
+    id, so every haystack re-embedded every shared session): the second memory's index is built
+    from the cache alone, and its vectors are the first's."""
+    other = "m2"
+    view2 = MemoryView(other, [dataclasses.replace(s, memory_id=other) for s in SESSIONS])
+    eps2 = [rebase_episode(e, other) for e in EPISODES]
+    recs2 = [r for old, new in zip(EPISODES, eps2) for r in rebase_records(
+        ExtractRow(old.episode_id, old.memory_id, "episode", [x for x in RECORDS if x.episode_id == old.episode_id]),
+        new).records]
+    assert len(recs2) == len(RECORDS)
+    assert {e.episode_id for e in eps2}.isdisjoint(e.episode_id for e in EPISODES)  # really other ids
+    db = str(tmp_path / "e.sqlite")
+    first = build_index(VIEW, EPISODES, RECORDS, emb.Embedder(CountingBackend(), cache_path=db))
+    backend = NoModelBackend()
+    e = emb.Embedder(backend, cache_path=db)
+    second = build_index(view2, eps2, recs2, e)
+    assert backend.calls == [] and e.stats.encoded == 0 and e.stats.cache_hits == e.stats.distinct > 0
+    np.testing.assert_array_equal(first.chunk_vecs, second.chunk_vecs)
+    assert second.memory_id == other and {x.memory_id for x in second.episodes} == {other}
+
+
+def test_chunk_text_is_the_authors_header_without_ids():
+    ep = EPISODES[0]
+    text = chunk_text(ep, VIEW.episode_turns(ep)[:1])
+    head, theme, first = text.split("\n")[:3]
+    assert head == f"Episode timestamp: {ep.date_time}"
+    assert theme == f"Theme: {ep.theme} ({ep.theme_type})"
+    assert first.startswith(f"[{ep.dia_ids[0]}] ")
+    assert ep.memory_id not in text and ep.episode_id not in text
 
 
 def test_index_stage_reports_texts_per_second():

@@ -19,11 +19,27 @@ from rank_bm25 import BM25Okapi
 
 from common.core.schema import Episode, Record, from_dict, to_dict
 from common.core.text import norm, tokens
-from common.method.render import MemoryView, episode_header, render_turns
+from common.method.render import MemoryView, render_turns
 
 # Record fields embedded for soft matching; entity_type and condition_property are closed
 # vocabularies and match exactly.
 EMBEDDED_FIELDS = ("entity", "property", "value", "condition_value")
+
+
+# Version of the chunk text below; part of every index fingerprint so a change rebuilds.
+CHUNK_FORMAT = 2  # 2: the authors' header (timestamp + theme), no episode id
+
+
+def chunk_text(episode: Episode, turns: list[Any], include_images: bool = True) -> str:
+    """One dense-fallback chunk as the authors' code embeds it (reference_notes §3.5 step 4).
+
+    The header names the session date and the theme, never the episode id: an id carries the
+    memory id, and a session shared by many LongMemEval haystacks (episodes rebased per memory
+    by ``dedup``) must give byte-identical chunk texts so the embedding cache encodes it once.
+    """
+    theme = f"{episode.theme} ({episode.theme_type})" if episode.theme_type else episode.theme
+    return (f"Episode timestamp: {episode.date_time or 'unknown'}\nTheme: {theme}\n"
+            + render_turns(turns, include_images))
 
 
 def field_text(name: str, value: str) -> str:
@@ -131,8 +147,7 @@ def index_texts(view: MemoryView, episodes: list[Episode], records: list[Record]
     for pos, ep in enumerate(episodes):
         turns = view.episode_turns(ep)
         for i, j in chunk_windows(len(turns), chunk_turns, chunk_stride):
-            chunk_texts.append(episode_header(ep) + f"\nTheme: {ep.theme}\n"
-                               + render_turns(turns[i:j], include_images))
+            chunk_texts.append(chunk_text(ep, turns[i:j], include_images))
             chunk_episode.append(pos)
     fields = {f: [field_text(f, getattr(r, f)) for r in records] for f in EMBEDDED_FIELDS}
     return episodes, chunk_texts, chunk_episode, fields

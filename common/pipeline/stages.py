@@ -40,7 +40,7 @@ from common.method import episodes as episodes_mod
 from common.method import extract as extract_mod
 from common.method import plan as plan_mod
 from common.method.dedup import rebase_partition, rebase_records, representatives
-from common.method.index import build_index, index_fingerprint
+from common.method.index import CHUNK_FORMAT, build_index, index_fingerprint
 from common.method.render import MemoryView
 from common.pipeline import ledger
 from common.pipeline.engine import (
@@ -135,7 +135,7 @@ def index(run: Run) -> None:
     old = {r["memory_id"]: r for r in read_jsonl(out)} if out.exists() and not run.force else {}
     emb = run.embedder()
     settings = {"model": emb.model_id, **dataclasses.asdict(run.cfg.index),
-                "include_images": run.cfg.episodes.include_images}
+                "include_images": run.cfg.episodes.include_images, "chunk_format": CHUNK_FORMAT}
     rows, reused = [], 0
     for mid in views:
         fp = index_fingerprint(eps_by[mid], recs_by[mid], settings)
