@@ -15,6 +15,7 @@ import pytest
 from common.core.batch import BatchOptions, batch_keys
 from common.core.llm import LLMCallError, LLMClient, ResponseCache, RetryPolicy, RoleSettings
 from tests.fake_openai import FakeOpenAI, FaultPlan
+from tests.test_endpoints import clean_llm_env, messages  # noqa: F401  (clean_llm_env: an autouse fixture)
 
 JUDGE = "judge_locomo_mem0"
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_wait=0.01, max_wait=0.02)
@@ -22,16 +23,6 @@ FAST_RETRY = RetryPolicy(max_attempts=3, initial_wait=0.01, max_wait=0.02)
 
 class Interrupted(Exception):
     """Stands for Ctrl-C / kill while the client waits for a batch."""
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_BASE_URLS", "HARNESS_SERIAL"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def messages(i: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"Question: q{i}?\nGold: g{i}\nResponse: r{i}\nCORRECT or WRONG?"}]
 
 
 def batch_client(server: FakeOpenAI, tmp_path: Path, *, on_expiry: str = "batch", roles=("judge",),

@@ -21,7 +21,8 @@ FAST_RETRY = RetryPolicy(max_attempts=4, initial_wait=0.01, max_wait=0.05)
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
+def clean_llm_env(monkeypatch):
+    """No endpoint, key or serial switch from the caller's shell (test_batch.py imports it too)."""
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_BASE_URLS", "HARNESS_SERIAL"):
         monkeypatch.delenv(name, raising=False)
 

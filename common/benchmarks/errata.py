@@ -14,7 +14,6 @@ evidence diagnostics (and the loss decomposition) the corrected turn ids. LoCoMo
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from common.benchmarks.base import DataError
 from common.benchmarks.locomo import clean_evidence
-from common.core.io import sha256_file
+from common.core.io import read_json, sha256_file
 from common.core.schema import Question, Session
 
 WRONG_CITATION = "WRONG_CITATION"  # the only error type whose golden answer stands
@@ -72,10 +71,7 @@ def load_errata(path: str | Path, memories: Sequence[str], questions: Sequence[Q
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: errata file not found (data.errata); e.g. ../shared/data/locomo-audit/errors.json")
-    try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    rows = read_json(path, DataError)
     if not isinstance(rows, list):
         raise DataError(f"{path}: expected a list of audited questions")
     text = {q.qid: q.question for q in questions}

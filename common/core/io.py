@@ -21,22 +21,34 @@ class ArtifactError(RuntimeError):
     """A missing or unreadable artifact (one line: the file, and what to run)."""
 
 
+def read_json(path: Path, error: type[Exception] = ArtifactError) -> Any:
+    """A JSON file's content; invalid JSON raises ``error`` (the caller's error type) with one line
+    naming the file and where it broke."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def numbered_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """(1-based line number, row) of every non-blank line of a JSONL file."""
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ArtifactError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+
+
 def read_jsonl(path: Path, *, missing_ok: bool = False) -> list[dict[str, Any]]:
     """Read every row; a missing file names the stage that makes it (or is empty: ``missing_ok``)."""
     if not path.exists():
         if missing_ok:
             return []
         raise ArtifactError(f"missing {path}: run the stage that writes it first")
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ArtifactError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-    return rows
+    return [row for _, row in numbered_rows(path)]
 
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:

@@ -40,7 +40,7 @@ from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
 from common.core import fingerprint
 from common.core.config import ConfigError, load_config
-from common.core.io import read_jsonl, sha256_file, write_json, write_jsonl
+from common.core.io import read_json, read_jsonl, sha256_file, write_json, write_jsonl
 from common.core.schema import AnswerRow, JudgeRow, to_dict
 from common.evaluation.repeats import majority
 from common.pipeline import stages
@@ -206,10 +206,7 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     if benchmark == "longmemeval":  # JSONL, whatever the name (the official one ends .eval-results-<model>)
         doc: dict[str, Any] = {}
     else:
-        try:
-            doc = json.loads(source.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{source}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+        doc = read_json(source, SourceError)
         if not isinstance(doc, dict):
             raise SourceError(f"{source}: expected a JSON object with detailed_results")
     meta = doc.get("metadata") or {}

@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 from common.benchmarks.registry import adapter
 from common.core import artifacts
-from common.core.io import ArtifactError
+from common.core.io import ArtifactError, numbered_rows, read_json
 from common.core.schema import Gold, from_dict
 from common.evaluation.labels import load_labels, run_benchmark, run_judges
 from common.evaluation.loss import CLASSES, as_row, decompose, question_losses
@@ -69,27 +69,17 @@ def read_rows(path: Path, key: str = "qid") -> Rows:
     out = Rows(path.name)
     if not path.exists():
         return out
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ArtifactError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-            if isinstance(row, dict) and isinstance(row.get(key), str):
-                out.rows[row[key]] = row
-                out.lines[row[key]] = lineno
+    for lineno, row in numbered_rows(path):
+        if isinstance(row, dict) and isinstance(row.get(key), str):
+            out.rows[row[key]] = row
+            out.lines[row[key]] = lineno
     return out
 
 
 def _json(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: invalid JSON ({exc.msg})") from None
+    data = read_json(path)
     return data if isinstance(data, dict) else {}
 
 

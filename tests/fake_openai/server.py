@@ -415,13 +415,7 @@ class FakeOpenAI(Instrumentation):
         self._stopping.set()  # wakes handlers sleeping for latency / timeout faults
         self._server.shutdown()
         self._server.server_close()
-        with self._lock:  # unblock handlers waiting on idle keep-alive connections
-            open_conns = list(self._connections)
-        for conn in open_conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self._reset_connections()  # unblock handlers waiting on idle keep-alive connections
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = None
@@ -432,13 +426,17 @@ class FakeOpenAI(Instrumentation):
         new connections are refused (the port is closed)."""
         with self._lock:
             self.killed = True
+        self._reset_connections()
+        self.stop()
+
+    def _reset_connections(self) -> None:
+        with self._lock:
             open_conns = list(self._connections)
         for conn in open_conns:
             try:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self.stop()
 
     def __enter__(self) -> "FakeOpenAI":
         return self.start()

@@ -8,14 +8,13 @@ through ``common.core.artifacts``, which also resolves the names older runs used
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 from common.core import artifacts
-from common.core.io import ArtifactError, read_jsonl, sha256_file
+from common.core.io import ArtifactError, read_json, read_jsonl, sha256_file
 from common.evaluation.labels import RunLabels, load_labels
 from common.evaluation.metrics import accuracy
 from common.pipeline import experiments as exp_mod
@@ -142,10 +141,7 @@ def open_run(results: Path, benchmark: str, run: str, make_hint: str) -> RunData
     if not path.exists():
         what = "run directory not found" if not run_dir.exists() else "no metrics.json (run not finished)"
         raise MissingRun(f"{path}: {what}; create it with `{make_hint}`")
-    try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise TableError(f"{path}: invalid JSON ({exc.msg})") from None
+    metrics = read_json(path, TableError)
     if not isinstance(metrics.get("judges"), dict):
         raise TableError(f"{path}: judges: expected a mapping of judge name -> accuracies")
     return RunData(benchmark, run, run_dir, metrics)
