@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 
 
@@ -15,12 +16,14 @@ def format_accuracy(summary: dict[str, Any]) -> str:
     return f"{100 * summary['accuracy']:.1f} ({summary['k']}/{summary['n']})"
 
 
-def describe(values: list[float]) -> dict[str, Optional[float]]:
-    """n, mean, median and max of a list of numbers (None for an empty list)."""
+def describe(values: Sequence[float]) -> dict[str, Optional[float]]:
+    """n, mean, p50, p95 (linear interpolation, as the ledger's latencies) and max of a list of
+    numbers (None for an empty list)."""
     if not values:
-        return {"n": 0, "mean": None, "p50": None, "max": None}
-    return {"n": len(values), "mean": round(statistics.fmean(values), 4),
-            "p50": round(statistics.median(values), 4), "max": round(max(values), 4)}
+        return {"n": 0, "mean": None, "p50": None, "p95": None, "max": None}
+    p50, p95 = np.percentile(np.asarray(values, dtype=float), [50, 95])
+    return {"n": len(values), "mean": round(statistics.fmean(values), 4), "p50": round(float(p50), 4),
+            "p95": round(float(p95), 4), "max": round(float(max(values)), 4)}
 
 
 def write_table(rows: list[dict[str, str]], md_path: Path, title: str) -> list[Path]:

@@ -23,6 +23,8 @@ from typing import Any, TypedDict
 import regex
 from nltk.stem import PorterStemmer
 
+from common.core.tabular import describe
+
 # Upstream treats "and" like an article, so "cats and dogs" matches "dogs, cats". Compiled with
 # the third-party ``regex`` module, as upstream does: its word boundaries differ from ``re``'s
 # next to combining marks (part of a word in ``regex``), superscripts and vulgar fractions (not
@@ -453,22 +455,6 @@ def longmemeval_retrieval_metrics(
 PAPER_MEAN_CONTEXT_TOKENS = 7470  # EnSIMem Table 3: mean answer-context tokens on LoCoMo (o200k_base)
 
 
-def _distribution(values: Sequence[float]) -> dict[str, float | int | None]:
-    """n, mean, p50, p95 (linear interpolation, as the ledger's latencies) and max."""
-    if not values:
-        return {"n": 0, "mean": None, "p50": None, "p95": None, "max": None}
-    ordered = sorted(float(v) for v in values)
-
-    def pct(q: float) -> float:
-        pos = (len(ordered) - 1) * q / 100
-        lo = math.floor(pos)
-        hi = min(lo + 1, len(ordered) - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-    return {"n": len(ordered), "mean": round(sum(ordered) / len(ordered), 4), "p50": round(pct(50), 4),
-            "p95": round(pct(95), 4), "max": round(ordered[-1], 4)}
-
-
 def buffer_contribution_stats(retrieval_rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What reached the answer model, per plan scope and per route, beside the paper's 7,470 tokens.
 
@@ -489,10 +475,10 @@ def buffer_contribution_stats(retrieval_rows: Iterable[Mapping[str, Any]]) -> di
         contrib = [r.get("contributions") or {} for r in rs]
         routes = sorted({route for c in contrib for route in (c.get("routes") or {})})
         out["by_scope"][scope] = {
-            "buffer_tokens": _distribution([float(r.get("buffer_tokens") or 0) for r in rs]),
-            "episodes": _distribution([float(len(r.get("episode_ids") or [])) for r in rs]),
+            "buffer_tokens": describe([float(r.get("buffer_tokens") or 0) for r in rs]),
+            "episodes": describe([float(len(r.get("episode_ids") or [])) for r in rs]),
             "dropped_by_caps": sum(int(c.get("dropped_by_caps") or 0) for c in contrib),
-            "routes": {route: {k: _distribution([float(((c.get("routes") or {}).get(route) or {}).get(k, 0))
+            "routes": {route: {k: describe([float(((c.get("routes") or {}).get(route) or {}).get(k, 0))
                                                  for c in contrib]) for k in ("episodes", "tokens")}
                        for route in routes},
         }
