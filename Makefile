@@ -39,7 +39,7 @@ STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
 check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
-.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint bench bench-scale bench-embeddings clean-run \
+.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs bench bench-scale bench-embeddings clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval
 
 help:  ## list targets
@@ -152,6 +152,9 @@ bench-embeddings:  ## texts/s of the index build per embedding runtime (torch, o
 lint:  ## ruff and mypy, configured in pyproject.toml (both must be clean)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+
+docs:  ## the documentation site from docs/ and mkdocs.yml -> site/ (strict: a broken link or a page missing from the nav fails)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval, or both when BENCH is unset (never the LLM cache)
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 1)

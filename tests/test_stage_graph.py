@@ -85,16 +85,17 @@ def test_makefile_reads_the_stage_list_from_the_graph():
     assert bad.returncode != 0 and "no stage '03_nosuch'" in bad.stderr
 
 
-def test_readme_artifact_table_matches_the_artifacts():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("<!-- artifacts:start -->")[1].split("<!-- artifacts:end -->")[0]
+def test_docs_artifact_table_matches_the_artifacts():
+    """The artifact table of docs/outputs.md: one row per artifact, in order, naming its stage."""
+    page = (REPO / "docs" / "outputs.md").read_text(encoding="utf-8")
+    section = page.split("<!-- artifacts:start -->")[1].split("<!-- artifacts:end -->")[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     files = [r.split("`")[1] for r in rows]
     assert files == [a.file for a in artifacts.ARTIFACTS.values()]
     writer = {a: s.id for s in STAGES for a in s.writes}
     for row, a in zip(rows, artifacts.ARTIFACTS.values()):
-        assert f"| {writer[a.name]} |" in row, f"README row for {a.file} must name the stage {writer[a.name]}"
-        assert a.description in row, f"README row for {a.file} must carry its description"
+        assert f"| {writer[a.name]} |" in row, f"docs/outputs.md row for {a.file} must name the stage {writer[a.name]}"
+        assert a.description in row, f"docs/outputs.md row for {a.file} must carry its description"
 
 
 def test_legacy_file_names_are_read_and_resumed_in_place(tmp_path):

@@ -87,21 +87,21 @@ def test_rows_of_a_system_are_rendered_evidence(tmp_path):
     assert row.method_info["evidence"][0]["score"] == 0.9 and row.method_info["spent"]["calls"] == 1
 
 
-def readme_example(tmp_path, monkeypatch) -> str:
-    """The README's example system, written to a module on sys.path: its import path."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = readme.split("<!-- bm25-example:start -->", 1)[1].split("<!-- bm25-example:end -->", 1)[0]
+def docs_example(tmp_path, monkeypatch) -> str:
+    """The example system of docs/memory-systems.md, written to a module on sys.path: its import path."""
+    page = (REPO / "docs" / "memory-systems.md").read_text(encoding="utf-8")
+    block = page.split("<!-- bm25-example:start -->", 1)[1].split("<!-- bm25-example:end -->", 1)[0]
     code = block.split("```python\n", 1)[1].split("```", 1)[0]
-    assert len(code.splitlines()) < 60, "the README promises a complete system in under 60 lines"
+    assert len(code.splitlines()) < 60, "the docs promise a complete system in under 60 lines"
     (tmp_path / "pkg_example").mkdir(exist_ok=True)
     (tmp_path / "pkg_example" / "bm25_turns.py").write_text(code, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path / "pkg_example"))
     return "bm25_turns:BM25Turns"
 
 
-def test_the_readme_example_runs_end_to_end_as_an_import_path_system(tmp_path, fake_server, monkeypatch):
+def test_the_docs_example_runs_end_to_end_as_an_import_path_system(tmp_path, fake_server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
-    name = readme_example(tmp_path, monkeypatch)
+    name = docs_example(tmp_path, monkeypatch)
     sets = run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": name, "method.options": "{k: 3}"})
     run = run_stages("configs/locomo.yaml", sets)
     for stage in ("02_episodes", "03_extract", "04_index", "05_plan"):
@@ -140,16 +140,16 @@ def _poison_locomo(path, out):
     return out
 
 
-SYSTEMS_UNDER_POISON = [n for n in registry.REGISTERED if n != "oracle"] + ["README example"]
+SYSTEMS_UNDER_POISON = [n for n in registry.REGISTERED if n != "oracle"] + ["docs example"]
 
 
 @pytest.mark.parametrize("name", SYSTEMS_UNDER_POISON)
 def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypatch, name):
-    """Every registered system (the oracle is the labelled exception) and the README example."""
+    """Every registered system (the oracle is the labelled exception) and the example of docs/memory-systems.md."""
     if name == "mem0" and not HAVE_MEM0:
         pytest.skip("mem0ai not installed (make install installs requirements-systems.txt)")
-    if name == "README example":
-        name = readme_example(tmp_path, monkeypatch)
+    if name == "docs example":
+        name = docs_example(tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
     poisoned = _poison_locomo(TINY_LOCOMO, tmp_path / "poisoned.json")
     sent = []
@@ -174,7 +174,7 @@ def test_systems_table_lists_every_finished_run_and_compare_works_between_any_tw
     from common.report.tables import command
 
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
-    example = readme_example(tmp_path, monkeypatch)
+    example = docs_example(tmp_path, monkeypatch)
     for run_name, system in (("bm25", example), ("closed", "no_memory")):
         run_stages("configs/locomo.yaml", run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": system,
                                                                                    "run.name": run_name}))
