@@ -14,7 +14,7 @@ ONNX Runtime changes what retrieval selects.
 3. Batch sizes: the first ``--sample`` distinct index texts of the torch run, encoded in this
    process by each runtime at each batch size, no cache (one warm-up batch first).
 
-Decision rule (issue 15): a runtime becomes the default only if it is >= 1.5x torch's texts/s
+Decision rule: a runtime becomes the default only if it is >= 1.5x torch's texts/s
 in the index build AND every question's selected episodes are unchanged.
 """
 from __future__ import annotations

@@ -12,7 +12,7 @@ stage's dedup: rows done once for sessions or episodes shared between haystacks)
 the stage wall to calls x L / concurrency, CPU seconds (user + system of the process), peak
 RSS, texts/s of the index build; disk used by the run directory and the two caches.
 
-Targets (issue 15, preset s, 2 cores): CPU side (04 + 06 CPU seconds) under 20 minutes for the
+Targets (preset s, 2 cores): CPU side (04 + 06 CPU seconds) under 20 minutes for the
 500 questions, peak RSS under 4 GiB, every LLM stage within 1.2 x its bound, rerun 0 calls.
 With LIMIT < 500 the CPU figure is extrapolated and says so: 04's embedding CPU by the number of
 distinct sessions of the full preset (shared sessions are embedded once), everything else

@@ -18,7 +18,7 @@ class Artifact:
 
     name: str  # the key code uses: run.path("answers")
     file: str  # the file name in the run directory
-    description: str  # one line for the README's artifact table
+    description: str  # one line for the artifact table of docs/outputs.md
     gold: bool = False  # holds answers or evidence: only judging, metrics and the oracle may read it
 
 

@@ -137,7 +137,7 @@ class EmbeddingConfig:
     model: str = "all-MiniLM-L6-v2"  # packaged offline; the authors used Qwen/Qwen3-Embedding-8B
     device: str = "cpu"
     # sentence-transformers only: torch, or ONNX Runtime on the same weights exported once
-    # (onnx-int8: dynamically quantized); README "Embedding throughput" has the measurements.
+    # (onnx-int8: dynamically quantized); docs/scale.md "Embedding throughput" has the measurements.
     runtime: Literal["torch", "onnx", "onnx-int8"] = "torch"
     batch_size: int = 64
     max_length: int = 256

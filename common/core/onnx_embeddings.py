@@ -1,7 +1,7 @@
 """ONNX Runtime for a sentence-transformers model: the optional ``embedding.runtime: onnx``.
 
 sentence-transformers' own ``backend="onnx"`` needs ``optimum-onnx``, whose only release requires
-transformers < 4.58 while this project pins transformers 5 (README "Embedding throughput"). So the
+transformers < 4.58 while this project pins transformers 5 (docs/scale.md "Embedding throughput"). So the
 harness does the same thing itself: the loaded model's transformer, with mean pooling folded in, is
 exported once with ``torch.onnx.export`` (no network: the weights are the local ones), optionally
 quantized to int8 (``onnxruntime.quantization.quantize_dynamic``), and run by ONNX Runtime with the

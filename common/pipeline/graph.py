@@ -3,12 +3,12 @@
 Everything that needs the list of stages reads it from here: the numbered scripts of
 ``LoCoMo/`` and ``LongMemEval/`` (through ``common.pipeline.cli``), the Makefile's stage loop
 and per-stage targets (``python -m common.pipeline.graph ids``), the engine's whole-pipeline
-run, the dry run, the ledger, the demo, the README's artifact table (checked by a test) and
+run, the dry run, the ledger, the demo, the artifact table of docs/outputs.md (checked by a test) and
 the tests. Functions are named by import path so that reading the graph imports no stage code
 (the Makefile asks it for the stage list on every call).
 
 Adding a stage is one ``Stage`` entry below plus its function (``run: Run -> None``); see the
-README section "Adding a stage".
+section "Adding a stage" of docs/development.md.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ session's turns are added for EACH speaker's memory, that speaker's turns as rol
 the other's as ``assistant``, content ``"<speaker>: <text>"``, ``batch_size`` (2) messages per
 ``add`` call, the session date as metadata ``timestamp``, with the evaluation's custom
 instructions. Search (``search.py``): the question against both speakers' memories, ``top_k``
-(10) each. Departures, all stated in the README: sessions are added one speaker after the other
+(10) each. Departures, all stated in docs/memory-systems.md: sessions are added one speaker after the other
 (mem0's script runs the two speakers in two threads, an order that varies between runs); the
 extraction prompt's "current date" is the session date, not the day the run happens (else every
 call's cache key would change daily); each batch's turn ids ride along in the metadata (never in
