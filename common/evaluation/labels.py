@@ -29,6 +29,7 @@ class LabelRecord:
     category: str  # LoCoMo category name (multi-hop ...), LongMemEval question_type
     label: Optional[int]  # 1 correct, 0 wrong, None failed
     cause: str = ""  # "" when judged; else the error prefix (judge_parse_error ...) or MISSING
+    cluster: str = ""  # the memory the question is asked of (LoCoMo conversation, LongMemEval haystack)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class RunLabels:
 
     def categories(self) -> dict[str, str]:
         return {r.qid: r.category for r in self.records}
+
+    def clusters(self) -> dict[str, str]:
+        """qid -> the memory it is asked of: the unit of the cluster bootstrap."""
+        return {r.qid: r.cluster for r in self.records}
 
 
 def run_benchmark(run_dir: str | Path) -> str:
@@ -109,7 +114,7 @@ def load_labels(run_dir: str | Path, judge: str) -> RunLabels:
     records = tuple(
         LabelRecord(qid=g.qid, category=data.category(g),
                     label=judged[g.qid]["label"] if g.qid in judged else None,
-                    cause=failure_cause(judged.get(g.qid)))
+                    cause=failure_cause(judged.get(g.qid)), cluster=g.memory_id)
         for g in golds if data.is_scored(g)
     )
     gold_qids = {g.qid for g in golds}
