@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from common.core.schema import Gold
+from common.evaluation.scoring import judge_block
 from common.evaluation.stats import (
     accuracy_with_ci,
     bootstrap_ci,
@@ -25,7 +26,6 @@ from common.evaluation.stats import (
     paired_difference_cluster_ci,
     power_note,
 )
-from common.evaluation.scoring import judge_block
 from common.report.compare import main as compare_main
 from tests.test_stats import write_run
 

@@ -106,7 +106,8 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
             "overall_strict_parse": summarize((r["strict"] for r in joined), (r["cluster"] for r in joined)),
             "task_averaged": sum(per_type) / len(per_type) if len(per_type) == len(QUESTION_TYPES) else None,
             "task_averaged_over": len(per_type),
-            "abstention": summarize((r["label"] for r in joined if r["abs"]), (r["cluster"] for r in joined if r["abs"])),
+            "abstention": summarize((r["label"] for r in joined if r["abs"]),
+                                    (r["cluster"] for r in joined if r["abs"])),
             "by_type": by_type,
             "failures": block["failures"], "failures_total": block["failures_total"],
         }

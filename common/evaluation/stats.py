@@ -127,16 +127,17 @@ def accuracy_with_ci(labels: Iterable[Optional[int]], *, clusters: Optional[Sequ
         if len(clusters) != len(values):
             raise ValueError(f"one cluster per label needed, got {len(clusters)} clusters for {len(values)} labels")
     summary: dict[str, Any] = dict(accuracy(values))
-    strict = [0 if v is None else v for v in values]
+    strict: list[int] = [0 if v is None else v for v in values]
     kept = [i for i, v in enumerate(values) if v is not None]
-    for key, sample in (("ci", strict), ("ci_clean", [values[i] for i in kept])):
+    clean: list[int] = [v for v in values if v is not None]
+    for key, sample in (("ci", strict), ("ci_clean", clean)):
         low, high = bootstrap_ci(sample, n_resamples=n_resamples, seed=seed, confidence=confidence)
         summary[key] = {"low": low, "high": high, "confidence": confidence, "method": CI_METHOD,
                         "n_resamples": n_resamples, "seed": seed}
     if clusters is None:
         return summary
     for key, sample, groups in (("ci_cluster", strict, clusters),
-                                ("ci_cluster_clean", [values[i] for i in kept], [clusters[i] for i in kept])):
+                                ("ci_cluster_clean", clean, [clusters[i] for i in kept])):
         low, high, method = _cluster_bootstrap(_check_labels(sample), groups, n_resamples, seed, confidence)
         summary[key] = {"low": low, "high": high, "confidence": confidence, "method": method,
                         "n_resamples": n_resamples, "seed": seed, "n_clusters": len(set(groups))}

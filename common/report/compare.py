@@ -32,8 +32,8 @@ from common.evaluation.stats import (
     mcnemar_exact,
     pair_labels,
     paired_difference_ci,
-    power_note,
     paired_difference_cluster_ci,
+    power_note,
     table10,
 )
 
