@@ -223,3 +223,18 @@ def test_compare_reports_the_paired_clustered_difference_and_the_mdd(tmp_path, c
     assert overall["power"]["mdd"] == pytest.approx(power_note([a[q] for q in qids], clusters)["mdd"])
     assert "B-A clustered CI (clusters)" in printed and "MDD pp (deff)" in printed and "; cl " in printed
     assert f"[{100 * expect[0]:+.1f}, {100 * expect[1]:+.1f}] (8)" in printed
+
+
+def test_clustered_accuracy_of_a_run_directory(tmp_path):
+    from common.evaluation.labels import clustered_accuracy, load_labels
+
+    run_a, _, a, _, _ = _compare_runs(tmp_path)
+    run = load_labels(run_a, "gpt")
+    qids = [r.qid for r in run.records]
+    out = clustered_accuracy(run)
+    assert (out["k"], out["n"]) == (sum(a.values()), 80)
+    expect = cluster_bootstrap_ci([a[q] for q in qids], [q.split(":")[0] for q in qids])
+    assert (out["ci_cluster"]["low"], out["ci_cluster"]["high"]) == expect and out["ci_cluster"]["n_clusters"] == 8
+    multi = clustered_accuracy(run, "multi-hop", n_resamples=2000)
+    # Category 1 (multi-hop) where i % 4 == 0: 3 questions in each of the 8 conversations.
+    assert multi["n"] == 24 and multi["ci_cluster"]["n_resamples"] == 2000

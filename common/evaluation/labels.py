@@ -16,6 +16,7 @@ from common.core import artifacts
 from common.core.io import ArtifactError, read_jsonl
 from common.core.schema import Gold, from_dict
 from common.evaluation.scoring import failure_cause
+from common.evaluation.stats import accuracy_with_ci
 
 # Cause recorded for a scored question that has no row in the judge file.
 MISSING = "missing_judgment"
@@ -52,6 +53,17 @@ class RunLabels:
     def clusters(self) -> dict[str, str]:
         """qid -> the memory it is asked of: the unit of the cluster bootstrap."""
         return {r.qid: r.cluster for r in self.records}
+
+
+def clustered_accuracy(run: RunLabels, category: Optional[str] = None, **bootstrap: Any) -> dict[str, Any]:
+    """Accuracy of a run (or of one category) with the question and the cluster bootstrap CIs and the power note.
+
+    ``common.evaluation.stats.accuracy_with_ci`` with each question's memory as its cluster (LoCoMo:
+    the conversation; LongMemEval: the haystack, one per question). ``bootstrap`` passes
+    ``n_resamples``, ``seed`` or ``confidence`` through.
+    """
+    records = [r for r in run.records if category is None or r.category == category]
+    return accuracy_with_ci([r.label for r in records], clusters=[r.cluster for r in records], **bootstrap)
 
 
 def run_benchmark(run_dir: str | Path) -> str:
