@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from common.core.schema import Gold
+from common.evaluation import scoring
 from common.evaluation.scoring import judge_block
 from common.evaluation.stats import (
     accuracy_with_ci,
@@ -238,3 +239,17 @@ def test_clustered_accuracy_of_a_run_directory(tmp_path):
     multi = clustered_accuracy(run, "multi-hop", n_resamples=2000)
     # Category 1 (multi-hop) where i % 4 == 0: 3 questions in each of the 8 conversations.
     assert multi["n"] == 24 and multi["ci_cluster"]["n_resamples"] == 2000
+
+
+def test_the_line_under_table_judge_names_the_clustered_ci_and_the_power(tmp_path):
+    from tests.test_tables import LOCOMO_MAIN, PRIMARY, make_run
+
+    qids = [f"conv-{i % 3}:q{i:04d}" for i in range(len(LOCOMO_MAIN))]
+    d = make_run(tmp_path / "results", "locomo", "paper", LOCOMO_MAIN, {PRIMARY: [x[1] for x in LOCOMO_MAIN]},
+                 qids=qids)
+    metrics = json.loads((d / "metrics.json").read_text())
+    o = metrics["judges"][PRIMARY]["overall"]
+    line = scoring.score_note(metrics, PRIMARY)
+    assert (f"clustered by memory (3 clusters) [{100 * o['ci_cluster']['low']:.1f}, "
+            f"{100 * o['ci_cluster']['high']:.1f}]") in line
+    assert f"smallest separable difference {100 * o['power']['mdd']:.1f} pp" in line

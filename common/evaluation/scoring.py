@@ -117,6 +117,13 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     failures = ", ".join(f"{k} {v}" for k, v in m.get("failures", {}).items()) or "none"
     fp = metrics.get("fingerprint", {})
     cov = metrics.get("coverage", {})
+    cl = o.get("ci_cluster") or {}
+    if cl.get("low") is not None:  # questions of one conversation / haystack are not independent
+        lo_hi += f", clustered by memory ({cl['n_clusters']} clusters) [{100 * cl['low']:.1f}, {100 * cl['high']:.1f}]"
+    power = o.get("power") or {}
+    if power.get("mdd") is not None:
+        lo_hi += (f"; smallest separable difference {100 * power['mdd']:.1f} pp "
+                  f"(alpha 0.05, power 0.8, design effect {power['design_effect']:.2f})")
     line = (f"Overall strict {100 * (o['accuracy'] or 0):.1f} ({o['k']}/{o['n']}), 95% bootstrap CI {lo_hi}; "
             f"clean {clean}; failures: {failures}. Protocol fingerprint: run {fp.get('run', '?')}, "
             f"judge {fp.get('judges', {}).get(judge, '?')}.")
