@@ -36,5 +36,6 @@ def adversarial_block(gold: Sequence[Gold], answers: Mapping[str, Mapping[str, A
     if not enabled:
         return {"status": "not scored (score.adversarial: false)", "questions": len(items)}
     labels = [abstains((answers.get(g.qid) or {}).get("answer")) for g in items]
-    return {"status": "scored", "rule": RULE, "questions": len(items), **summarize(labels),
+    summary = summarize(labels, [g.memory_id for g in items])  # clustered by conversation, as the judged questions
+    return {"status": "scored", "rule": RULE, "questions": len(items), **summary,
             "missing_answers": sum(1 for g in items if g.qid not in answers)}

@@ -21,7 +21,7 @@ from common.benchmarks.errata import Errata, load_errata
 from common.benchmarks.registry import adapter
 from common.core.config import resolve_path
 from common.core.schema import Gold, JudgeRow
-from common.evaluation.repeats import judge_repeated
+from common.evaluation.repeats import judge_repeated, n_runs, row_labels, runs_block
 from common.evaluation.scoring import failure_cause, judge_block
 
 ATTRIBUTION = "locomo-audit (github.com/dial481/locomo-audit), CC BY-NC 4.0"
@@ -75,10 +75,15 @@ def corrected_failed(row: Mapping[str, Any]) -> bool:
     return bool(corrected) and corrected.get("label") is None
 
 
-def _block(joined: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _block(joined: Sequence[Mapping[str, Any]], runs: int) -> dict[str, Any]:
     b = judge_block(joined, "cat")
-    return {"overall": b["overall"], "by_category": b["by_group"], "failures": b["failures"],
-            "failures_total": b["failures_total"]}
+    out = {"overall": b["overall"], "by_category": b["by_group"], "failures": b["failures"],
+           "failures_total": b["failures_total"]}
+    if runs > 1:  # every judge run on this key, not only the majority vote (as judges.<j>.runs)
+        rb = runs_block(joined, "cat", runs)
+        out["runs"] = {"n_runs": runs, "std_kind": rb["std_kind"], "overall": rb["overall"],
+                       "by_category": rb["by_group"], "label": "the row label is the majority vote of the runs"}
+    return out
 
 
 def audited_key(errata: Optional[Errata], scored: Sequence[Gold], rows: Mapping[str, Mapping[str, Any]],
@@ -87,14 +92,16 @@ def audited_key(errata: Optional[Errata], scored: Sequence[Gold], rows: Mapping[
     if errata is None:
         return dict(NOT_CONFIGURED)
     wrong = errata.corrected_answers()
+    runs = n_runs(list(rows.values()))
     in_scope = [g for g in scored if g.qid in wrong]
     out: dict[str, Any] = {
         "status": "configured", "errata": errata.path, "sha256": errata.sha256, "attribution": ATTRIBUTION,
         "wrong_golden_answers": len(in_scope),
         "wrong_citations_only": sum(1 for g in scored if g.qid in errata.items and g.qid not in wrong),
         "excluding_wrong_answers": _block([{"cat": category(g), "label": (rows.get(g.qid) or {}).get("label"),
-                                            "cause": failure_cause(rows.get(g.qid))}
-                                           for g in scored if g.qid not in wrong]),
+                                            "cause": failure_cause(rows.get(g.qid)), "cluster": g.memory_id,
+                                            "labels": row_labels(rows.get(g.qid), runs)}
+                                           for g in scored if g.qid not in wrong], runs),
     }
     judged = [g for g in in_scope if (rows.get(g.qid) or {}).get("corrected")]
     if len(judged) < len(in_scope):
@@ -108,7 +115,10 @@ def audited_key(errata: Optional[Errata], scored: Sequence[Gold], rows: Mapping[
         use = row["corrected"] if row and g.qid in wrong else row
         if row and use and g.qid in wrong and row.get("label") != use.get("label"):
             changed += 1
-        joined.append({"cat": category(g), "label": (use or {}).get("label"), "cause": failure_cause(use)})
-    out["corrected"] = _block(joined)
+        # The corrected judgment keeps every run's label (``judge_row``), so the runs block below
+        # reports them all on the corrected key, not only their majority.
+        joined.append({"cat": category(g), "label": (use or {}).get("label"), "cause": failure_cause(use),
+                       "cluster": g.memory_id, "labels": row_labels(use, runs)})
+    out["corrected"] = _block(joined, runs)
     out["labels_changed_by_correction"] = changed
     return out

@@ -16,6 +16,7 @@ from common.core import artifacts
 from common.core.io import ArtifactError, read_jsonl
 from common.core.schema import Gold, from_dict
 from common.evaluation.scoring import failure_cause
+from common.evaluation.stats import accuracy_with_ci
 
 # Cause recorded for a scored question that has no row in the judge file.
 MISSING = "missing_judgment"
@@ -29,6 +30,7 @@ class LabelRecord:
     category: str  # LoCoMo category name (multi-hop ...), LongMemEval question_type
     label: Optional[int]  # 1 correct, 0 wrong, None failed
     cause: str = ""  # "" when judged; else the error prefix (judge_parse_error ...) or MISSING
+    cluster: str = ""  # the memory the question is asked of (LoCoMo conversation, LongMemEval haystack)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,21 @@ class RunLabels:
 
     def categories(self) -> dict[str, str]:
         return {r.qid: r.category for r in self.records}
+
+    def clusters(self) -> dict[str, str]:
+        """qid -> the memory it is asked of: the unit of the cluster bootstrap."""
+        return {r.qid: r.cluster for r in self.records}
+
+
+def clustered_accuracy(run: RunLabels, category: Optional[str] = None, **bootstrap: Any) -> dict[str, Any]:
+    """Accuracy of a run (or of one category) with the question and the cluster bootstrap CIs and the power note.
+
+    ``common.evaluation.stats.accuracy_with_ci`` with each question's memory as its cluster (LoCoMo:
+    the conversation; LongMemEval: the haystack, one per question). ``bootstrap`` passes
+    ``n_resamples``, ``seed`` or ``confidence`` through.
+    """
+    records = [r for r in run.records if category is None or r.category == category]
+    return accuracy_with_ci([r.label for r in records], clusters=[r.cluster for r in records], **bootstrap)
 
 
 def run_benchmark(run_dir: str | Path) -> str:
@@ -109,7 +126,7 @@ def load_labels(run_dir: str | Path, judge: str) -> RunLabels:
     records = tuple(
         LabelRecord(qid=g.qid, category=data.category(g),
                     label=judged[g.qid]["label"] if g.qid in judged else None,
-                    cause=failure_cause(judged.get(g.qid)))
+                    cause=failure_cause(judged.get(g.qid)), cluster=g.memory_id)
         for g in golds if data.is_scored(g)
     )
     gold_qids = {g.qid for g in golds}

@@ -56,7 +56,7 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
         rows = {r["qid"]: r for r in read_jsonl(run.judge_path(j))}
         # A scored question with no judge row is a failure, never a dropped item.
         joined = [{"cat": DATA.category(g), "label": rows.get(g.qid, {}).get("label"),
-                   "cause": failure_cause(rows.get(g.qid))} for g in scored]
+                   "cause": failure_cause(rows.get(g.qid)), "cluster": g.memory_id} for g in scored]
         block = judge_block(joined, "cat")
         any_row = next(iter(rows.values()), {})
         out["judges"][j] = {
@@ -167,4 +167,6 @@ def _audited_note(m: dict[str, Any]) -> str:
         note += f" Corrected key: {corrected['status']}."
     else:
         note += f" Labels changed by the correction: {a.get('labels_changed_by_correction')}."
+        if "runs" in corrected:  # every judge run on the corrected key, not only the majority
+            note += f" Corrected key, {describe_runs(corrected['runs'])}."
     return note

@@ -93,7 +93,7 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
         rows = {r["qid"]: r for r in read_jsonl(run.judge_path(j))}
         joined: list[dict[str, Any]] = [
             {"type": g.question_type, "abs": g.abstention, "label": rows.get(g.qid, {}).get("label"),
-             "cause": failure_cause(rows.get(g.qid)),
+             "cause": failure_cause(rows.get(g.qid)), "cluster": g.memory_id,
              "strict": strict_label(rows[g.qid]["raw"]) if rows.get(g.qid, {}).get("raw") else None}
             for g in gold]
         block = judge_block(joined, "type")
@@ -103,10 +103,11 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
         any_row = next(iter(rows.values()), {})
         out["judges"][j] = {
             "judge_model": any_row.get("judge_model"), "prompt_id": "official", "overall": block["overall"],
-            "overall_strict_parse": summarize(r["strict"] for r in joined),
+            "overall_strict_parse": summarize((r["strict"] for r in joined), (r["cluster"] for r in joined)),
             "task_averaged": sum(per_type) / len(per_type) if len(per_type) == len(QUESTION_TYPES) else None,
             "task_averaged_over": len(per_type),
-            "abstention": summarize(r["label"] for r in joined if r["abs"]),
+            "abstention": summarize((r["label"] for r in joined if r["abs"]),
+                                    (r["cluster"] for r in joined if r["abs"])),
             "by_type": by_type,
             "failures": block["failures"], "failures_total": block["failures_total"],
         }

@@ -60,23 +60,33 @@ def failure_cause(judge_row: Optional[Mapping[str, Any]]) -> str:
     return "judge_api_error"
 
 
-def summarize(labels: Iterable[Optional[int]]) -> dict[str, Any]:
-    """Strict and clean accuracy with k/n and a bootstrap CI (``common.evaluation.stats``)."""
-    return accuracy_with_ci(list(labels))
+def summarize(labels: Iterable[Optional[int]], clusters: Optional[Iterable[Any]] = None) -> dict[str, Any]:
+    """Strict and clean accuracy with k/n and a bootstrap CI (``common.evaluation.stats``).
+
+    ``clusters`` (one memory id per label: the LoCoMo conversation, the LongMemEval haystack)
+    adds the cluster bootstrap CIs and the power note.
+    """
+    return accuracy_with_ci(list(labels), clusters=None if clusters is None else list(clusters))
 
 
 def judge_block(joined: Sequence[Mapping[str, Any]], group_key: str) -> dict[str, Any]:
     """``overall`` and per-group summaries plus failure counts by cause.
 
-    ``joined`` rows carry ``label``, ``cause`` and the group value under ``group_key``.
+    ``joined`` rows carry ``label``, ``cause`` and the group value under ``group_key``, and may
+    carry ``cluster`` (the question's memory id), which adds the clustered CIs and the power note.
     """
-    groups: dict[Any, list[Optional[int]]] = {}
+    clustered = all("cluster" in r for r in joined)
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
     for r in joined:
-        groups.setdefault(r[group_key], []).append(r["label"])
+        groups.setdefault(r[group_key], []).append(r)
+
+    def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return summarize([r["label"] for r in rows], [r["cluster"] for r in rows] if clustered else None)
+
     causes = Counter(r["cause"] for r in joined if r["cause"])
     return {
-        "overall": summarize(r["label"] for r in joined),
-        "by_group": {g: summarize(groups[g]) for g in sorted(groups)},
+        "overall": summary(joined),
+        "by_group": {g: summary(groups[g]) for g in sorted(groups)},
         "failures": {c: causes.get(c, 0) for c in CAUSES if causes.get(c)},
         "failures_total": sum(causes.values()),
     }
@@ -107,6 +117,13 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     failures = ", ".join(f"{k} {v}" for k, v in m.get("failures", {}).items()) or "none"
     fp = metrics.get("fingerprint", {})
     cov = metrics.get("coverage", {})
+    cl = o.get("ci_cluster") or {}
+    if cl.get("low") is not None:  # questions of one conversation / haystack are not independent
+        lo_hi += f", clustered by memory ({cl['n_clusters']} clusters) [{100 * cl['low']:.1f}, {100 * cl['high']:.1f}]"
+    power = o.get("power") or {}
+    if power.get("mdd") is not None:
+        lo_hi += (f"; smallest separable difference {100 * power['mdd']:.1f} pp "
+                  f"(alpha 0.05, power 0.8, design effect {power['design_effect']:.2f})")
     line = (f"Overall strict {100 * (o['accuracy'] or 0):.1f} ({o['k']}/{o['n']}), 95% bootstrap CI {lo_hi}; "
             f"clean {clean}; failures: {failures}. Protocol fingerprint: run {fp.get('run', '?')}, "
             f"judge {fp.get('judges', {}).get(judge, '?')}.")

@@ -1,5 +1,13 @@
 """Uncertainty and paired comparisons of judge labels (bootstrap CIs, McNemar, kappa, Table 10).
 
+Two bootstraps sit side by side. The question bootstrap resamples questions, as if every question
+were independent. The cluster bootstrap resamples clusters, the unit the memory is built from
+(a LoCoMo conversation; a LongMemEval haystack, which holds one question, so there the two agree):
+questions about one conversation share its memory, so their labels are correlated and the
+question bootstrap is too narrow. ``design_effect`` measures that correlation (intraclass
+correlation, ICC) and ``minimum_detectable_difference`` turns it into the smallest difference a
+category can separate at its size (the power note).
+
 Every function here works on per-question judge labels: 1 correct, 0 wrong, None failed (the
 judge or the answer stage failed; ``JudgeRow.error`` says why). Two ways of treating failures
 are offered wherever pairs are formed, and every result says which one it used:
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
@@ -96,23 +105,224 @@ def paired_difference_ci(a: Sequence[int], b: Sequence[int], *, n_resamples: int
     return _bootstrap_mean(lb - la, n_resamples, seed, confidence)
 
 
-def accuracy_with_ci(labels: Iterable[Optional[int]], *, n_resamples: int = 10_000, seed: int = 42,
-                     confidence: float = 0.95) -> dict[str, Any]:
+def accuracy_with_ci(labels: Iterable[Optional[int]], *, clusters: Optional[Sequence[Any]] = None,
+                     n_resamples: int = 10_000, seed: int = 42, confidence: float = 0.95) -> dict[str, Any]:
     """``common.evaluation.metrics.accuracy`` plus bootstrap CIs of the strict and the clean accuracy.
+
+    Args:
+        labels: 1 correct, 0 wrong, None failed.
+        clusters: Optional, one cluster id per label (the conversation or haystack the question
+            belongs to). Given, the cluster bootstrap CIs and the power note are added.
 
     Returns:
         ``{k, n, accuracy, n_failed, accuracy_clean, ci, ci_clean}`` where each CI is
         ``{low, high, confidence, method, n_resamples, seed}``: ``ci`` treats failures as wrong
-        (like ``accuracy``, the reported number), ``ci_clean`` leaves them out.
+        (like ``accuracy``, the reported number), ``ci_clean`` leaves them out. With ``clusters``
+        also ``ci_cluster`` and ``ci_cluster_clean`` (the same plus ``n_clusters``) and ``power``
+        (``power_note`` of the strict labels).
     """
     values = list(labels)
+    if clusters is not None:
+        clusters = list(clusters)
+        if len(clusters) != len(values):
+            raise ValueError(f"one cluster per label needed, got {len(clusters)} clusters for {len(values)} labels")
     summary: dict[str, Any] = dict(accuracy(values))
-    for key, sample in (("ci", [0 if v is None else v for v in values]),
-                        ("ci_clean", [v for v in values if v is not None])):
+    strict: list[int] = [0 if v is None else v for v in values]
+    kept = [i for i, v in enumerate(values) if v is not None]
+    clean: list[int] = [v for v in values if v is not None]
+    for key, sample in (("ci", strict), ("ci_clean", clean)):
         low, high = bootstrap_ci(sample, n_resamples=n_resamples, seed=seed, confidence=confidence)
-        summary[key] = {"low": low, "high": high, "confidence": confidence, "method": "bootstrap BCa",
+        summary[key] = {"low": low, "high": high, "confidence": confidence, "method": CI_METHOD,
                         "n_resamples": n_resamples, "seed": seed}
+    if clusters is None:
+        return summary
+    for key, sample, groups in (("ci_cluster", strict, clusters),
+                                ("ci_cluster_clean", clean, [clusters[i] for i in kept])):
+        low, high, method = _cluster_bootstrap(_check_labels(sample), groups, n_resamples, seed, confidence)
+        summary[key] = {"low": low, "high": high, "confidence": confidence, "method": method,
+                        "n_resamples": n_resamples, "seed": seed, "n_clusters": len(set(groups))}
+    summary["power"] = power_note(strict, clusters)
     return summary
+
+
+# ----------------------------------------------------------------------------- cluster bootstrap
+CI_METHOD = "bootstrap BCa"
+CLUSTER_METHOD = "cluster bootstrap BCa (resampling clusters)"
+# With fewer clusters than this the between-cluster variance cannot be estimated at all.
+MIN_CLUSTERS = 2
+
+
+def _cluster_sums(values: np.ndarray, clusters: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Per cluster (in first-seen order): the sum of the values and the number of questions."""
+    if len(clusters) != values.size:
+        raise ValueError(f"one cluster per label needed, got {len(clusters)} clusters for {values.size} labels")
+    index: dict[Any, int] = {}
+    ids = np.fromiter((index.setdefault(c, len(index)) for c in clusters), dtype=int, count=len(clusters))
+    return np.bincount(ids, weights=values, minlength=len(index)), np.bincount(ids, minlength=len(index)).astype(float)
+
+
+def _ratio(sums: np.ndarray, sizes: np.ndarray, axis: int = -1) -> np.ndarray:
+    # The pooled mean of the resampled clusters: big clusters weigh in proportion to their questions.
+    return np.asarray(sums.sum(axis=axis) / sizes.sum(axis=axis))
+
+
+def _cluster_bootstrap(values: np.ndarray, clusters: Sequence[Any], n_resamples: int, seed: int,
+                       confidence: float) -> tuple[Optional[float], Optional[float], str]:
+    from scipy import stats
+
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples!r}")
+    sums, sizes = _cluster_sums(values, clusters)
+    if values.size == 0 or sums.size < MIN_CLUSTERS:
+        return None, None, f"undefined with fewer than {MIN_CLUSTERS} clusters"
+    if np.all(values == values[0]):  # every resample has the same mean (as in bootstrap_ci)
+        point = float(values[0])
+        return point, point, CLUSTER_METHOD
+    # scipy resamples the (sum, size) pairs of whole clusters together (paired=True); BCa's
+    # jackknife then leaves one cluster out at a time.
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # BCa undefined -> NaN, handled below
+            res = stats.bootstrap((sums, sizes), _ratio, paired=True, vectorized=True, n_resamples=n_resamples,
+                                  confidence_level=confidence, method=method, rng=np.random.default_rng(seed),
+                                  batch=1000)
+        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if not (math.isnan(low) or math.isnan(high)):
+            name = CLUSTER_METHOD if method == "BCa" else "cluster bootstrap percentile (BCa undefined here)"
+            return low, high, name
+    return None, None, "undefined (degenerate resamples)"
+
+
+def cluster_bootstrap_ci(labels: Sequence[int], clusters: Sequence[Any], *, n_resamples: int = 10_000,
+                         seed: int = 42, confidence: float = 0.95) -> tuple[Optional[float], Optional[float]]:
+    """Cluster bootstrap CI of an accuracy: resample whole clusters, not questions.
+
+    Each resample draws as many clusters as there are, with replacement, and takes the accuracy
+    over all their questions (sum of labels / number of questions). BCa as in ``bootstrap_ci``
+    (its jackknife leaves out one cluster at a time), the percentile interval where BCa is
+    undefined; seeded, so the same input gives the same interval.
+
+    Args:
+        labels: 0/1 labels, failures resolved by the caller (strict: 0; clean: dropped).
+        clusters: One cluster id per label (any hashable: a LoCoMo conversation id, a
+            LongMemEval haystack id).
+
+    Returns:
+        ``(low, high)``; ``(None, None)`` without labels or with fewer than two clusters (the
+        spread between clusters cannot be estimated from one); ``(p, p)`` when all labels are
+        equal. With clusters of one question each this is the question bootstrap.
+    """
+    low, high, _ = _cluster_bootstrap(_check_labels(labels), clusters, n_resamples, seed, confidence)
+    return low, high
+
+
+def paired_difference_cluster_ci(a: Sequence[int], b: Sequence[int], clusters: Sequence[Any], *,
+                                 n_resamples: int = 10_000, seed: int = 42,
+                                 confidence: float = 0.95) -> tuple[Optional[float], Optional[float]]:
+    """Paired cluster bootstrap CI of ``mean(b) - mean(a)``: whole clusters of question pairs resampled.
+
+    The per-question differences ``b_i - a_i`` are summed per cluster; a resample of clusters keeps
+    both the pairing and the correlation within a cluster. Degenerate inputs as in
+    ``cluster_bootstrap_ci``.
+    """
+    la, lb = _check_labels(a), _check_labels(b)
+    if la.shape != lb.shape:
+        raise ValueError(f"paired labels need equal lengths, got {la.size} and {lb.size}")
+    low, high, _ = _cluster_bootstrap(lb - la, clusters, n_resamples, seed, confidence)
+    return low, high
+
+
+def design_effect(values: Sequence[float], clusters: Sequence[Any]) -> dict[str, Any]:
+    """Intraclass correlation and design effect of per-question values grouped in clusters.
+
+    ICC by the one-way ANOVA estimator, ``(MSB - MSW) / (MSB + (m0 - 1) MSW)`` with
+    ``m0 = (N - sum(n_c^2) / N) / (C - 1)``, truncated at 0 (a negative estimate is read as no
+    clustering). Design effect (Kish, unequal cluster sizes): ``1 + (sum(n_c^2) / N - 1) * ICC``,
+    the factor by which clustering inflates the variance of the accuracy, so that
+    ``N / deff`` questions are worth that many independent ones.
+
+    Returns:
+        ``{n, n_clusters, mean_cluster_size, weighted_cluster_size, icc, design_effect}``; ``icc``
+        is None when it cannot be estimated (fewer than two clusters, every cluster of size 1,
+        or no variation at all), and the design effect is then 1 (clusters of one question are
+        independent by definition; with no variation there is nothing to inflate).
+    """
+    y = np.asarray(list(values), dtype=float)
+    sums, sizes = _cluster_sums(y, list(clusters))
+    n, c = int(y.size), int(sums.size)
+    out: dict[str, Any] = {"n": n, "n_clusters": c, "mean_cluster_size": n / c if c else None,
+                           "weighted_cluster_size": float((sizes ** 2).sum() / n) if n else None,
+                           "icc": None, "design_effect": 1.0}
+    if c < MIN_CLUSTERS or n <= c:
+        return out
+    means = sums / sizes
+    grand = y.mean()
+    index: dict[Any, int] = {}
+    ids = np.fromiter((index.setdefault(k, len(index)) for k in clusters), dtype=int, count=n)
+    msb = float((sizes * (means - grand) ** 2).sum() / (c - 1))
+    msw = float(((y - means[ids]) ** 2).sum() / (n - c))
+    m0 = (n - (sizes ** 2).sum() / n) / (c - 1)
+    denominator = msb + (m0 - 1) * msw
+    if denominator <= 0:
+        return out
+    icc = max(0.0, (msb - msw) / denominator)
+    out["icc"] = float(icc)
+    out["design_effect"] = float(1 + (out["weighted_cluster_size"] - 1) * icc)
+    return out
+
+
+def minimum_detectable_difference(p: Optional[float], n: int, *, design_effect: float = 1.0, alpha: float = 0.05,
+                                  power: float = 0.8) -> Optional[float]:
+    """The smallest accuracy difference (fraction) a two-sided test separates with this power.
+
+    Method: two samples of ``n / design_effect`` effectively independent questions each, the
+    normal test on Cohen's h (arcsine-transformed rates; statsmodels ``NormalIndPower``): the
+    detectable h is ``(z_{1-alpha/2} + z_{power}) * sqrt(2 / n_eff)``, and the difference is
+    converted back to rates starting from the observed rate ``p`` and moving toward 50 %
+    (the direction in which a rate is hardest to pin down, so the answer is the larger of the
+    two). It is conservative for two runs on the same questions, whose paired test gains from
+    their correlation (unknown from one run), and it stays defined at p = 0 or 1.
+
+    Returns:
+        The difference as a fraction, or None when ``p`` is None, ``n`` is 0, or no rate in
+        [0, 1] is far enough from ``p`` (too few questions to separate anything).
+    """
+    from statsmodels.stats.power import NormalIndPower
+
+    if p is None or n <= 0:
+        return None
+    if design_effect < 1 or not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"need design_effect >= 1 and alpha, power in (0, 1); got {design_effect}, {alpha}, {power}")
+    h = float(NormalIndPower().solve_power(effect_size=None, nobs1=n / design_effect, alpha=alpha, power=power,
+                                           ratio=1.0, alternative="two-sided"))
+    phi = math.asin(math.sqrt(p))
+    target = phi - h / 2 if p >= 0.5 else phi + h / 2
+    if not 0 <= target <= math.pi / 2:
+        return None
+    return abs(p - math.sin(target) ** 2)
+
+
+def power_note(labels: Sequence[int], clusters: Optional[Sequence[Any]], *, alpha: float = 0.05,
+               power: float = 0.8) -> dict[str, Any]:
+    """The ``power`` block beside an accuracy: design effect and minimum detectable difference.
+
+    ``labels`` are the strict 0/1 labels the accuracy is of; without clusters every question is
+    its own cluster (design effect 1).
+    """
+    values = list(labels)
+    groups = list(clusters) if clusters is not None else list(range(len(values)))
+    deff = design_effect(values, groups)
+    p = sum(values) / len(values) if values else None
+    return {"alpha": alpha, "power": power, "n": len(values), "n_clusters": deff["n_clusters"],
+            "icc": deff["icc"], "design_effect": deff["design_effect"],
+            "n_effective": len(values) / deff["design_effect"] if values else 0.0,
+            "mdd": minimum_detectable_difference(p, len(values), design_effect=deff["design_effect"], alpha=alpha,
+                                                 power=power),
+            "method": "two-sided test of two independent samples of n / design_effect questions on Cohen's h "
+                      "(arcsine), from the observed rate toward 50%; design effect 1 + (sum n_c^2 / n - 1) * ICC "
+                      "(ANOVA ICC, truncated at 0)"}
 
 
 # ----------------------------------------------------------------------------- paired tests

@@ -32,6 +32,8 @@ from common.evaluation.stats import (
     mcnemar_exact,
     pair_labels,
     paired_difference_ci,
+    paired_difference_cluster_ci,
+    power_note,
     table10,
 )
 
@@ -65,6 +67,12 @@ def _groups(benchmark: str, *runs: RunLabels) -> list[str]:
 
 def _labels(run: RunLabels, group: str) -> dict[str, Optional[int]]:
     return {r.qid: r.label for r in run.records if group == OVERALL or r.category == group}
+
+
+def _summary(run: RunLabels, labels: dict[str, Optional[int]]) -> dict[str, Any]:
+    """Accuracy with the question and the cluster bootstrap CIs and the power note."""
+    clusters = run.clusters()
+    return accuracy_with_ci(labels.values(), clusters=[clusters[q] for q in labels])
 
 
 def _side(run: RunLabels) -> dict[str, Any]:
@@ -107,13 +115,21 @@ def compare_runs(a: RunLabels, b: RunLabels, failures: Failures = "strict") -> d
         warnings.append(f"A was judged by {list(a.judge_models)} and B by {list(b.judge_models)}: "
                         "the difference mixes the method and the judge")
     rows: list[dict[str, Any]] = []
+    cluster_of = a.clusters()
     for group in _groups(a.benchmark, a, b):
         la, lb = _labels(a, group), _labels(b, group)
         pairs = pair_labels(la, lb, failures)
         low, high = paired_difference_ci(pairs.a, pairs.b)
-        rows.append({"category": group, "a": accuracy_with_ci(la.values()), "b": accuracy_with_ci(lb.values()),
+        # The clusters of A: a question's memory is the same in both runs of one benchmark.
+        clusters = [cluster_of[q] for q in pairs.qids]
+        c_low, c_high = paired_difference_cluster_ci(pairs.a, pairs.b, clusters)
+        rows.append({"category": group, "a": _summary(a, la), "b": _summary(b, lb),
                      "mcnemar": mcnemar_exact(la, lb, failures=failures).to_dict(),
-                     "difference_ci": {"low": low, "high": high}})
+                     "difference_ci": {"low": low, "high": high},
+                     "difference_ci_cluster": {"low": c_low, "high": c_high, "n_clusters": len(set(clusters)),
+                                               "method": "paired cluster bootstrap BCa (resampling clusters)"},
+                     # The smallest difference these shared questions can separate (A's rate).
+                     "power": power_note(list(pairs.a), clusters)})
     # Each category is its own test; Holm keeps the family-wise error of the set at 5%.
     tested = [r for r in rows if r["category"] != OVERALL and r["mcnemar"]["p_value"] is not None]
     if tested:
@@ -141,7 +157,7 @@ def compare_judges(a: RunLabels, b: RunLabels, failures: Failures = "strict") ->
     rows: list[dict[str, Any]] = []
     for group in _groups(a.benchmark, a, b):
         la, lb = _labels(a, group), _labels(b, group)
-        rows.append({"category": group, "a": accuracy_with_ci(la.values()), "b": accuracy_with_ci(lb.values()),
+        rows.append({"category": group, "a": _summary(a, la), "b": _summary(b, lb),
                      "agreement": judge_agreement(la, lb, failures=failures).to_dict()})
     by_cat = {r["category"]: r for r in rows if r["category"] != OVERALL and r["a"]["n"]}
     overall = rows[-1]
@@ -164,11 +180,27 @@ def _pct(x: Optional[float]) -> str:
 
 
 def _acc(s: dict[str, Any]) -> str:
-    return f"{_pct(s['accuracy'])} [{_pct(s['ci']['low'])}, {_pct(s['ci']['high'])}] ({s['k']}/{s['n']})"
+    """``75.0 [50.0, 91.7; cl 41.7, 95.0] (9/12)``: question bootstrap CI, then the cluster one when defined."""
+    clustered = s.get("ci_cluster") or {}
+    cl = f"; cl {_pct(clustered['low'])}, {_pct(clustered['high'])}" if clustered.get("low") is not None else ""
+    return f"{_pct(s['accuracy'])} [{_pct(s['ci']['low'])}, {_pct(s['ci']['high'])}{cl}] ({s['k']}/{s['n']})"
 
 
 def _pp(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{100 * x:+.1f}"
+
+
+def _cluster_diff(row: dict[str, Any]) -> str:
+    c = row.get("difference_ci_cluster") or {}
+    if c.get("low") is None:
+        return f"n/a ({c.get('n_clusters', 0)})"
+    return f"[{_pp(c['low'])}, {_pp(c['high'])}] ({c['n_clusters']})"
+
+
+def _mdd(power: Optional[dict[str, Any]]) -> str:
+    if not power or power.get("mdd") is None:
+        return "n/a"
+    return f"{100 * power['mdd']:.1f} ({power['design_effect']:.2f})"
 
 
 def _p(x: Optional[float]) -> str:
@@ -211,15 +243,20 @@ def format_comparison(report: dict[str, Any]) -> str:
     out += [f"WARNING: {w}" for w in report["warnings"]]
     out.append("")
     if report["mode"] == "runs":
-        header = ["Category", "A % [95% CI] (k/n)", "B % [95% CI] (k/n)", "Pairs", "B-A pp [95% CI]",
-                  "A only / B only right", "McNemar p", "Holm p"]
+        header = ["Category", "A % [95% CI; clustered] (k/n)", "B % [95% CI; clustered] (k/n)", "Pairs",
+                  "B-A pp [95% CI]", "B-A clustered CI (clusters)", "MDD pp (deff)", "A only / B only right",
+                  "McNemar p", "Holm p"]
         body = [[r["category"], _acc(r["a"]), _acc(r["b"]), str(r["mcnemar"]["n_used"]),
                  f"{_pp(r['mcnemar']['difference'])} [{_pp(r['difference_ci']['low'])}, "
-                 f"{_pp(r['difference_ci']['high'])}]",
+                 f"{_pp(r['difference_ci']['high'])}]", _cluster_diff(r), _mdd(r.get("power")),
                  f"{r['mcnemar']['only_a_right']} / {r['mcnemar']['only_b_right']}",
                  _p(r["mcnemar"]["p_value"]), _p(r["mcnemar"].get("p_holm"))] for r in report["rows"]]
         out += [_markdown(header, body), "",
-                "Paired columns use the shared questions; CIs are seeded BCa bootstraps (10,000 resamples); "
+                "Paired columns use the shared questions; CIs are seeded BCa bootstraps (10,000 resamples): "
+                "the first resamples questions, 'cl' and the clustered difference resample whole clusters "
+                "(LoCoMo conversations, LongMemEval haystacks; questions of one memory are not independent). "
+                "MDD: the smallest difference these questions can separate (two-sided alpha .05, power .8, "
+                "from A's rate and the design effect of its clusters; see docs/statistics.md). "
                 "McNemar is the exact binomial test; Holm adjusts the category p-values together."]
         if report.get("loss"):
             out += ["", format_loss(report["loss"]["a"], report["loss"]["b"])]

@@ -195,7 +195,8 @@ def measured(run: RunData, judge: str, group: Optional[str] = None, *, judge_hin
         "files": run.files("metrics", "gold", judges=[judge]),
         "recounted_from": [gold_file, judge_file],
         "k": summary["k"], "n": summary["n"], "accuracy": summary["accuracy"], "n_failed": summary["n_failed"],
-        "judge_model": jm.get("judge_model"), "ci": summary.get("ci"), "fingerprint": run.fingerprint_for(judge),
+        "judge_model": jm.get("judge_model"), "ci": summary.get("ci"), "ci_cluster": summary.get("ci_cluster"),
+        "power": summary.get("power"), "fingerprint": run.fingerprint_for(judge),
     }
     return Measured(dict(summary), source)
 

@@ -57,11 +57,17 @@ class Table:
 
 
 def fmt_acc(summary: dict[str, Any], digits: int = 1) -> str:
-    """``90.6 [89.1, 92.0] (1395/1540)``: accuracy in %, bootstrap CI if present, always k/n."""
+    """``90.6 [89.1, 92.0; cl 86.9, 93.8] (1395/1540)``: accuracy in %, always k/n.
+
+    In the brackets: the question bootstrap CI if present, then after ``cl`` the cluster bootstrap
+    CI (conversations / haystacks resampled) if present and defined.
+    """
     if summary.get("accuracy") is None:
         return f"n/a ({summary.get('k', 0)}/{summary.get('n', 0)})"
     text = f"{100 * summary['accuracy']:.{digits}f}"
     ci = ci_bounds(summary.get("ci"))
+    clustered = ci_bounds(summary.get("ci_cluster"))
     if ci:
-        text += f" [{100 * ci[0]:.{digits}f}, {100 * ci[1]:.{digits}f}]"
+        cl = f"; cl {100 * clustered[0]:.{digits}f}, {100 * clustered[1]:.{digits}f}" if clustered else ""
+        text += f" [{100 * ci[0]:.{digits}f}, {100 * ci[1]:.{digits}f}{cl}]"
     return f"{text} ({summary['k']}/{summary['n']})"
