@@ -137,7 +137,7 @@ def test_prompt_id_table_matches_the_prompt_files():
     assert sent == set(PROMPT_KINDS) - OUTSIDE_PROMPTS
     assert set(PROMPT_KINDS.values()) == CHAT_KINDS
     assert {"partition", "partition_repair", "extract", "extract_repair", "plan", "plan_repair", "bridge",
-            "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction"} == CHAT_KINDS
+            "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction", "doctor"} == CHAT_KINDS
     # The outside prompts are only mem0's own extraction prompt, under the id common.systems.mem0 sends.
     assert OUTSIDE_PROMPTS == {"mem0_extraction"}
     assert 'prompt_id="mem0_extraction"' in (REPO / "common" / "systems" / "mem0.py").read_text()
