@@ -30,6 +30,7 @@ JUDGE ?=
 JUDGE_B ?=
 JSON ?=
 PRESET ?= s
+PILOT ?=
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
@@ -149,6 +150,10 @@ browser:  ## chromium + chromedriver for the report's browser test: apt-get when
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES); \
 	else echo "the report's browser test needs chromium and chromedriver; run:"; \
 	  echo "  sudo apt-get update -qq && sudo apt-get install -y $(BROWSER_PACKAGES)"; exit 2; fi)
+
+doctor:  ## probe each role's endpoint before paying: model, JSON mode, json_schema, seed, determinism, latency, rate limits, price (CONFIG, SET; PILOT=1: a 20-question pilot projects the full run)
+	$(PY) -m common.pipeline.doctor --config $(CONFIG) $(if $(RUN),--set run.name=$(RUN)) $(foreach s,$(SET),--set $(s)) \
+		$(if $(PILOT),--pilot)
 
 test: $(VENV)/.installed browser  ## the offline test-suite (installs what it needs first; a local fake OpenAI server, no key)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q

@@ -24,6 +24,7 @@ The API key is never printed: error messages are masked, endpoint URLs lose any 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -98,7 +99,9 @@ def roles_in_use(cfg: Config) -> list[str]:
             continue
         if node.name == "episodes" and cfg.episodes.mode != "theme":
             continue
-        if node.name == "retrieve" and not (cfg.retrieve.bridges and cfg.retrieve.mode != "dense_only"):
+        # Bridge calls resolve the hops of EnSIMem's plans (as the dry run counts them).
+        if node.name == "retrieve" and not (uses_stage(cfg.method.name, "plan") and cfg.retrieve.bridges
+                                            and cfg.retrieve.mode != "dense_only"):
             continue
         roles.append(node.role)
     own = system_class(cfg.method.name).role  # an outside system's own calls (mem0's extraction)
@@ -204,7 +207,7 @@ def probe(target: Target, prices: dict[str, Any]) -> list[Check]:
     try:
         ids = [m.id for m in p.sdk.models.list()]
         listed = target.model in ids
-        listed_note = f"listed by /v1/models ({len(ids)} models)" if listed else \
+        listed_note = f"listed by /v1/models (of {len(ids)})" if listed else \
             f"not listed by /v1/models (it lists {', '.join(sorted(ids)[:5])}{', ...' if len(ids) > 5 else ''})"
     except openai.OpenAIError as exc:
         listed_note = f"/v1/models unavailable ({p.why(exc)})"
@@ -341,8 +344,7 @@ def format_projection(rows: list[dict[str, Any]], full: dict[str, Any]) -> str:
     for r in rows:
         if "projected_calls" in r:
             secs = r["projected_seconds"]
-            when = f"{secs / 3600:.1f} h" if secs and secs >= 3600 else (f"{secs} s" if secs is not None else
-                                                                         "n/a (pilot calls cached)")
+            when = _duration(secs) if secs is not None else "n/a (pilot calls cached)"
             lines.append(f"| {r['stage']} | {r['model']} | {r['pilot_calls']} | {r['projected_calls']} | "
                          f"{r['projected_tokens']:,} | {usd(r['projected_usd'])} | {when} | {r['dry_run_tokens']:,} | "
                          f"{usd(r['dry_run_usd'])} |")
@@ -353,10 +355,16 @@ def format_projection(rows: list[dict[str, Any]], full: dict[str, Any]) -> str:
     total = sum(r["projected_usd"] for r in proj) + sum(r["dry_run_usd"] or 0 for r in rows
                                                        if "projected_calls" not in r)
     secs = sum(r.get("projected_seconds") or 0 for r in rows)
-    lines.append(f"\nFull run projected from the pilot: ${total:.2f} live (stages the pilot did not reach at their "
-                 f"dry-run estimate), about {secs / 3600:.1f} h of LLM calls at the configured concurrency; "
-                 f"dry run: ${full['total']['cost_usd']:.2f} live.")
+    lines.append(f"\nFull run projected from the pilot: ${total:.2f} live (a stage the pilot made no call in at its "
+                 f"dry-run estimate), about {_duration(secs)} of LLM calls (calls x the pilot's mean latency of paid "
+                 f"calls / llm.concurrency); dry run: ${full['total']['cost_usd']:.2f} live. Each stage's tokens "
+                 "are the pilot's, scaled by the dry run's count of calls (full run / pilot).")
     return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min" if seconds >= 60 else \
+        f"{seconds:.0f} s"
 
 
 def run_pilot(configs: list[str], overrides: list[str], questions: int) -> str:
@@ -364,7 +372,8 @@ def run_pilot(configs: list[str], overrides: list[str], questions: int) -> str:
     pilot_cfg = load_config(configs, overrides + pilot_overrides(cfg, questions))
     print(f"pilot: {pilot_cfg.data.question_limit} questions of {', '.join(pilot_cfg.data.memories) or 'the file'}"
           f" -> {pilot_cfg.run_dir}", file=sys.stderr, flush=True)
-    run_pipeline(Run(pilot_cfg, progress=False))
+    with contextlib.redirect_stdout(sys.stderr):  # the stages' own reports; stdout keeps the doctor's
+        run_pipeline(Run(pilot_cfg, progress=False))
     prices = load_prices()
     full, pilot_est = estimate(cfg), estimate(pilot_cfg)
     rows = project(full, pilot_est, ledger(pilot_cfg.run_dir, prices), prices, cfg.llm.concurrency)
