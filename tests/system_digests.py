@@ -5,16 +5,17 @@
 taken out and the floats themselves, recorded on the code path before the registry existed (commit
 7293515); ``test_systems.py`` reruns the fixture and compares. What must not change on any machine
 (ids, routes, order, labels, texts, counts) is in the digest and compares exactly; the floats
-(retrieval scores, confidences) come from the CPU's float kernels, whose last bits differ between
+(retrieval scores above all) come from the CPU's float kernels, whose last bits differ between
 processors and torch thread counts, so they compare within ``REL_TOL``. An order that a score
 difference flips still fails: the order is in the digest.
 
 Re-recorded since: on merging issues 11 and 12 (only the 08 digests changed, by the judge-row
 fields ``labels`` and ``corrected``); for protocol 2026.12.1 (dense chunks under the authors'
-header: only EnSIMem's 06, 07 and 08 changed); and when the floats left the digests (no row
-changed). Volatile fields (latencies, wall times, cache hits) are left out; everything a reader of
-the results sees is in. A deliberate change of the method that alters its outputs re-records the
-file:
+header: only EnSIMem's 06, 07 and 08 changed); and when the floats left the digests, on an AMD EPYC
+where every recorded digest but EnSIMem's 06 was reproduced exactly by the old whole-row hash (the
+files without floats kept their digests). Volatile fields (latencies, wall times, cache hits) are
+left out; everything a reader of the results sees is in. A deliberate change of the method that
+alters its outputs re-records the file:
 
     OPENAI_BASE_URL= .venv/bin/python -m tests.system_digests
 """
