@@ -133,6 +133,15 @@ def test_the_key_is_never_printed(capsys, monkeypatch, tmp_path):
     assert secret not in out
 
 
+@pytest.mark.parametrize("fault", ["html_body", "no_choices", "truncated_body", "500"])
+def test_a_broken_reply_is_a_failed_check_not_a_crash(capsys, monkeypatch, tmp_path, fault):
+    code, out, lines = run_doctor(capsys, monkeypatch, tmp_path, Capabilities(models=SERVES_BOTH),
+                                  faults=FaultPlan(script=[fault]))
+    assert code == 1 and lines[("model", MAIN)]["status"] == "FAIL", out
+    assert lines[("model", MAIN)]["detail"].startswith("does not answer: ")
+    assert lines[("model", JUDGE)]["status"] == "ok"
+
+
 def test_credentials_in_an_endpoint_url_are_never_printed(capsys, monkeypatch, tmp_path):
     code, out, lines = run_doctor(capsys, monkeypatch, tmp_path, Capabilities(models=SERVES_BOTH),
                                   url_of=lambda u: u.replace("http://", "http://alice:hunter2@"))

@@ -64,6 +64,9 @@ PROBE_SCHEMA = {"type": "json_schema", "json_schema": {"name": "probe", "strict"
 JSON_ROLES = {"locomo": ("partition", "extract", "plan", "bridge", "judge"),
               "longmemeval": ("partition", "extract", "plan", "bridge")}
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
+# What a probe call may raise: the SDK's errors, and a 200 whose body is not a chat completion
+# (cut-off JSON, no choices).
+CALL_ERRORS = (openai.OpenAIError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -168,9 +171,10 @@ class Prober:
         reply = raw.parse()
         self.latencies.append(time.perf_counter() - started)
         self.headers.update({k.lower(): v for k, v in raw.headers.items() if k.lower().startswith("x-ratelimit-")})
-        if not reply.choices:
-            raise ValueError("the reply has no choices")
-        return reply.choices[0].message.content or ""
+        choices = getattr(reply, "choices", None)
+        if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
+            raise ValueError(f"the reply is not a chat completion: {str(reply)[:60]!r}")
+        return choices[0].message.content or ""
 
     def why(self, exc: BaseException) -> str:
         if isinstance(exc, openai.APIStatusError):
@@ -190,7 +194,7 @@ class Prober:
         422 on this request) or the call fails otherwise."""
         try:
             return self.call(body), ""
-        except openai.OpenAIError as exc:
+        except CALL_ERRORS as exc:
             refused = isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 422)
             return None, f"{'refused' if refused else 'call failed'} ({self.why(exc)})"
 
@@ -205,16 +209,16 @@ def probe(target: Target, prices: dict[str, Any]) -> list[Check]:
 
     listed: Optional[bool] = None
     try:
-        ids = [m.id for m in p.sdk.models.list()]
+        ids = [str(getattr(m, "id", m)) for m in p.sdk.models.list()]
         listed = target.model in ids
         listed_note = f"listed by /v1/models (of {len(ids)})" if listed else \
             f"not listed by /v1/models (it lists {', '.join(sorted(ids)[:5])}{', ...' if len(ids) > 5 else ''})"
-    except openai.OpenAIError as exc:
+    except CALL_ERRORS as exc:
         listed_note = f"/v1/models unavailable ({p.why(exc)})"
     try:
         p.call(p.body(seed=False, json_mode=False))
         line("model", OK if listed is not False else WARN, f"answers a call; {listed_note}")
-    except openai.OpenAIError as exc:
+    except CALL_ERRORS as exc:
         line("model", FAIL, f"does not answer: {p.why(exc)}; {listed_note}")
         line("probes", INFO, "skipped: the model does not answer")
         out.append(price_check(target, prices))
@@ -249,7 +253,7 @@ def probe(target: Target, prices: dict[str, Any]) -> list[Check]:
         line("deterministic", OK if a == b else WARN,
              "two identical calls, identical replies" if a == b else
              "two identical calls, different replies: reruns are reproducible through the LLM cache only")
-    except openai.OpenAIError as exc:
+    except CALL_ERRORS as exc:
         line("deterministic", WARN, f"not checked: {p.why(exc)}")
 
     lat = sorted(p.latencies)
