@@ -30,6 +30,7 @@ JUDGE ?=
 JUDGE_B ?=
 JSON ?=
 PRESET ?= s
+PILOT ?=
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
@@ -39,7 +40,7 @@ STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
 check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
-.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs bench bench-scale bench-embeddings clean-run \
+.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval
 
 help:  ## list targets
@@ -137,8 +138,25 @@ report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeva
 	$(PY) -m common.report.html --run $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(B),--b $(B)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(RESULTS),--results $(RESULTS))
 
-test:  ## the offline test-suite (a local fake OpenAI server; no network, no key)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+# The report's browser test drives Debian's chromium through its chromedriver (never a browser a tool
+# downloads); it fails, not skips, without them. Looked up when a recipe needs it, on the PATH make
+# was given, so `make -n test` shows the apt-get step exactly when it would run.
+BROWSER_PACKAGES = chromium chromium-driver
+browser-missing = $(if $(and $(or $(shell command -v chromium),$(shell command -v chromium-browser)),$(shell command -v chromedriver)),,yes)
+
+browser:  ## chromium + chromedriver for the report's browser test: apt-get when root, else the command to run
+	$(if $(browser-missing),@if [ "$$(id -u)" -eq 0 ]; then \
+	  echo "installing $(BROWSER_PACKAGES) (the report's browser test)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER_PACKAGES); \
+	else echo "the report's browser test needs chromium and chromedriver; run:"; \
+	  echo "  sudo apt-get update -qq && sudo apt-get install -y $(BROWSER_PACKAGES)"; exit 2; fi)
+
+doctor:  ## probe each role's endpoint before paying: model, JSON mode, json_schema, seed, determinism, latency, rate limits, price (CONFIG, SET; PILOT=1: a 20-question pilot projects the full run)
+	$(PY) -m common.pipeline.doctor --config $(CONFIG) $(if $(RUN),--set run.name=$(RUN)) $(foreach s,$(SET),--set $(s)) \
+		$(if $(PILOT),--pilot)
+
+test: $(VENV)/.installed browser  ## the offline test-suite (installs what it needs first; a local fake OpenAI server, no key)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
 
 bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (~8-15 min; BENCH_ARGS="--conversations conv-26")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.run --config $(CONFIG) $(BENCH_ARGS)
@@ -149,12 +167,12 @@ bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/
 bench-embeddings:  ## texts/s of the index build per embedding runtime (torch, onnx, onnx-int8) and retrieval equality -> results/bench/embeddings.{json,md}
 	HF_HUB_OFFLINE=1 $(PY) -m bench.embedding_speed $(BENCH_ARGS)
 
-lint:  ## ruff and mypy, configured in pyproject.toml (both must be clean)
-	$(PY) -m ruff check .
-	$(PY) -m mypy
+lint: $(VENV)/.installed  ## ruff and mypy, configured in pyproject.toml (both must be clean; installs first if needed)
+	$(VENV)/bin/python -m ruff check .
+	$(VENV)/bin/python -m mypy
 
-docs:  ## the documentation site from docs/ and mkdocs.yml -> site/ (strict: a broken link or a page missing from the nav fails)
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+docs: $(VENV)/.installed  ## the documentation site from docs/ and mkdocs.yml -> site/ (strict: a broken link or a page missing from the nav fails)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/python -m mkdocs build --strict --site-dir site
 
 clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval, or both when BENCH is unset (never the LLM cache)
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 1)

@@ -137,7 +137,7 @@ def test_prompt_id_table_matches_the_prompt_files():
     assert sent == set(PROMPT_KINDS) - OUTSIDE_PROMPTS
     assert set(PROMPT_KINDS.values()) == CHAT_KINDS
     assert {"partition", "partition_repair", "extract", "extract_repair", "plan", "plan_repair", "bridge",
-            "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction"} == CHAT_KINDS
+            "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction", "doctor"} == CHAT_KINDS
     # The outside prompts are only mem0's own extraction prompt, under the id common.systems.mem0 sends.
     assert OUTSIDE_PROMPTS == {"mem0_extraction"}
     assert 'prompt_id="mem0_extraction"' in (REPO / "common" / "systems" / "mem0.py").read_text()
@@ -441,3 +441,39 @@ def test_stop_is_idempotent_and_restartable():
     srv.stop()
     with srv:
         assert make_client(srv).models.list().data[0].id == FAKE_MODEL
+
+
+# --------------------------------------------------------------------------- capabilities (make doctor)
+def test_capabilities_refuse_what_an_endpoint_lacks():
+    from tests.fake_openai import Capabilities
+
+    caps = Capabilities(models=("gpt-a",), json_mode=False, json_schema=False, seed=False, deterministic=False,
+                        rate_limit_headers={"x-ratelimit-limit-requests": "60"})
+    with FakeOpenAI(capabilities=caps) as srv:
+        client = make_client(srv)
+        assert [m.id for m in client.models.list().data] == ["gpt-a"]
+
+        def send(**kw):
+            return client.chat.completions.with_raw_response.create(
+                **{"model": "gpt-a", "messages": PROMPTS["answer"], "extra_headers": {PROMPT_ID_HEADER: "answer_user"},
+                   **kw})
+
+        with pytest.raises(openai.NotFoundError, match="model_not_found|does not exist"):
+            send(model="gpt-b")
+        for kw, param in (({"response_format": {"type": "json_object"}}, "response_format"),
+                          ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}},
+                           "response_format"), ({"seed": 1}, "seed")):
+            with pytest.raises(openai.BadRequestError) as err:
+                send(**kw)
+            assert err.value.param == param
+        a, b = send(), send()
+        assert a.headers["x-ratelimit-limit-requests"] == "60"
+        assert a.parse().choices[0].message.content != b.parse().choices[0].message.content
+    # The defaults accept all of it, give the same reply each time and send no rate-limit headers.
+    with FakeOpenAI() as srv:
+        client = make_client(srv)
+        raw = [client.chat.completions.with_raw_response.create(
+            model="any", messages=PROMPTS["answer"], seed=1, response_format={"type": "json_object"},
+            extra_headers={PROMPT_ID_HEADER: "answer_user"}) for _ in range(2)]
+        assert len({r.parse().choices[0].message.content for r in raw}) == 1
+        assert not [k for k in raw[0].headers if k.lower().startswith("x-ratelimit")]

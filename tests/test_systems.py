@@ -20,9 +20,42 @@ HAVE_MEM0 = importlib.util.find_spec("mem0") is not None
 
 @pytest.mark.parametrize("system", system_digests.SYSTEMS)
 def test_builtin_systems_reproduce_the_runs_recorded_before_the_registry(tmp_path, fake_server, system):
-    """Digests of 02-08 and the score, recorded on the pre-registry code path (commit 7293515)."""
+    """Digests of 02-08 and the score, recorded on the pre-registry code path (commit 7293515): rows
+    exactly, their floats (scores) within a tolerance, so another CPU reproduces them."""
     recorded = json.loads(system_digests.RECORDED.read_text())[system]
-    assert system_digests.run_digests(tmp_path, fake_server.base_url, system) == recorded
+    measured = system_digests.run_digests(tmp_path, fake_server.base_url, system)
+    assert system_digests.differences(recorded, measured) == []
+
+
+def _artifact(path, rows_):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows_))
+    return system_digests.file_digest(path)
+
+
+def test_system_digests_take_floats_out_and_compare_them_within_a_tolerance(tmp_path):
+    row = {"qid": "q1", "selected": [{"episode_id": "e1", "route": "dense", "score": 0.229795}], "latency": 0.5}
+    other = {"qid": "q2", "selected": [{"episode_id": "e2", "route": "lexical", "score": 1.916291}]}
+    recorded = {"06.jsonl": _artifact(tmp_path / "a.jsonl", [row, other])}
+    assert recorded["06.jsonl"]["floats"] == [0.229795, 1.916291]
+
+    def measured(*rows_):
+        return {"06.jsonl": _artifact(tmp_path / "b.jsonl", list(rows_))}
+
+    def with_(r, **changes):
+        return {**r, "selected": [{**r["selected"][0], **changes}]}
+
+    # Another CPU: the last decimals of a score, the row order in the file and a latency differ.
+    assert system_digests.differences(recorded, measured(other, {**with_(row, score=0.229797), "latency": 9})) == []
+    # Beyond the tolerance, or anything that is not a float: a difference.
+    assert "float #0 is 0.2299" in system_digests.differences(recorded, measured(with_(row, score=0.2299), other))[0]
+    for changed in (with_(row, route="lexical"), with_(row, episode_id="e3"), with_(row, score=1)):
+        assert "rows differ beyond their floats" in system_digests.differences(recorded, measured(changed, other))[0]
+    swapped = {**row, "selected": row["selected"] + other["selected"]}
+    reordered = {**row, "selected": other["selected"] + row["selected"]}
+    assert system_digests.differences({"f": _artifact(tmp_path / "c.jsonl", [swapped])},
+                                      {"f": _artifact(tmp_path / "d.jsonl", [reordered])})
+    assert system_digests.differences({"f": None, "overall": {"k": 4}}, {"f": None, "overall": {"k": 5}}) == [
+        "overall: recorded {'k': 4}, measured {'k': 5}"]
 
 
 def test_every_registered_name_is_a_config_choice_and_a_system():

@@ -370,7 +370,7 @@ class LLMClient:
         except (openai.OpenAIError, BadResponse) as exc:
             cause = _failure_cause(exc)
             secret = os.environ.get("OPENAI_API_KEY", "")
-            raise LLMCallError(_scrub(f"batch API call failed ({cause}): {_one_line(exc)}", secret), cause) from None
+            raise LLMCallError(scrub(f"batch API call failed ({cause}): {_one_line(exc)}", secret), cause) from None
         raise AssertionError("unreachable: tenacity reraises")
 
     def workers(self) -> int:
@@ -388,9 +388,9 @@ class LLMClient:
             return self.stats.setdefault(role, CallStats())
 
     # ---- chat
-    def request_body(
-        self, settings: RoleSettings, messages: list[dict[str, str]], json_mode: bool
-    ) -> dict[str, Any]:
+    @staticmethod
+    def request_body(settings: RoleSettings, messages: list[dict[str, str]], json_mode: bool) -> dict[str, Any]:
+        """The chat request a role's settings make (also what ``make doctor`` probes an endpoint with)."""
         body: dict[str, Any] = {"model": settings.model, "messages": messages}
         body["temperature"] = settings.temperature
         if settings.seed is not None:
@@ -492,7 +492,7 @@ class LLMClient:
             with self._lock:
                 stat.retries += 1
             log.debug("retrying %s after %s", role,
-                      _scrub(str(state.outcome.exception()), api_key) if state.outcome else "")
+                      scrub(str(state.outcome.exception()), api_key) if state.outcome else "")
 
         try:
             for attempt in Retrying(
@@ -512,7 +512,7 @@ class LLMClient:
                 stat.failed += 1
                 stat.failures[cause] = stat.failures.get(cause, 0) + 1
             # The message ends up in artifact rows and logs; a server may echo the key it was sent.
-            raise LLMCallError(_scrub(f"{role} call failed ({cause}): {_one_line(exc)}", api_key), cause) from None
+            raise LLMCallError(scrub(f"{role} call failed ({cause}): {_one_line(exc)}", api_key), cause) from None
         latency = time.perf_counter() - t0
         usage = {
             "prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
@@ -541,7 +541,7 @@ class LLMClient:
             with self._lock:
                 stat.failed += 1
                 stat.failures[failure[0]] = stat.failures.get(failure[0], 0) + 1
-            message = _scrub(f"{role} call failed in a batch ({failure[0]}): {failure[1]}", self.pool(role)[1])
+            message = scrub(f"{role} call failed in a batch ({failure[0]}): {failure[1]}", self.pool(role)[1])
             raise LLMCallError(message, failure[0])
         return None
 
@@ -679,7 +679,7 @@ def embed_texts(
                         raise BadResponse(f"response is not an embedding list: {type(resp).__name__}")
         except (openai.OpenAIError, BadResponse) as exc:
             cause = _failure_cause(exc)
-            raise LLMCallError(_scrub(f"embedding call failed ({cause}): {_one_line(exc)}", key), cause) from None
+            raise LLMCallError(scrub(f"embedding call failed ({cause}): {_one_line(exc)}", key), cause) from None
         assert isinstance(data, list)  # checked inside the attempt that succeeded
         out.extend(d.embedding for d in sorted(data, key=lambda d: d.index))
     return out
@@ -719,7 +719,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def _scrub(text: str, secret: str) -> str:
+def scrub(text: str, secret: str) -> str:
     """``text`` with every occurrence of the API key masked (error bodies may quote it)."""
     return text.replace(secret, "***") if secret and secret != "EMPTY" else text
 

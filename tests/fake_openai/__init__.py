@@ -1,6 +1,7 @@
 """A local, scripted stand-in for an OpenAI-compatible API, used by the test-suite and ``bench``.
 
-* ``server``          - the HTTP server (``FakeOpenAI``), routing, prompt-kind lookup, ``FaultPlan``
+* ``server``          - the HTTP server (``FakeOpenAI``), routing, prompt-kind lookup, ``FaultPlan``,
+                        ``Capabilities`` (features an endpoint may lack, for ``make doctor``)
 * ``scripted``        - the scripted, schema-valid replies per prompt kind and the prompt-id table
 * ``instrumentation`` - request log, per-kind counts, in-flight peaks, served latencies
 * ``batches``         - ``/v1/files`` and ``/v1/batches`` (``BatchPlan``: slow, held, expiring, rejected)
@@ -53,13 +54,15 @@ from tests.fake_openai.server import (
     HTTP_FAULTS,
     MALFORMED_CONTENT,
     NO_FAULT,
+    Capabilities,
     FakeOpenAI,
     FaultPlan,
     unknown_kind_message,
 )
 
 __all__ = [
-    "ALL_FAULTS", "BatchPlan", "FakeBatches", "BODY_FAULTS", "CHAT_KINDS", "CONTENT_FAULTS", "EMBEDDING_DIM",
+    "ALL_FAULTS", "BatchPlan", "Capabilities", "FakeBatches", "BODY_FAULTS", "CHAT_KINDS", "CONTENT_FAULTS",
+    "EMBEDDING_DIM",
     "EMBEDDINGS_KIND", "FAKE_MODEL", "HTTP_FAULTS", "MALFORMED_CONTENT", "NO_FAULT", "OUTSIDE_PROMPTS",
     "PROMPT_ID_HEADER", "PROMPT_KINDS",
     "UNKNOWN_KIND", "FakeOpenAI", "FaultPlan", "Instrumentation", "approx_tokens", "content_words",

@@ -45,6 +45,8 @@ PROMPT_KINDS: dict[str, str] = {
     "judge_lme_knowledge_update": "judge_lme",
     "judge_lme_preference": "judge_lme",
     "judge_lme_abstention": "judge_lme",
+    # make doctor's probe of an endpoint (common.pipeline.doctor).
+    "doctor_user": "doctor",
 }
 CHAT_KINDS = frozenset(PROMPT_KINDS.values())
 # Ids of prompts an outside memory system owns (inside its package, not in common/prompts/).
@@ -314,6 +316,8 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps({"label": judge_label(text)})
     if kind == "judge_lme":
         return "Yes." if judge_label(text) == "CORRECT" else "No."
+    if kind == "doctor":
+        return json.dumps({"word": "florp", "sentence": "The florp hummed."})
     raise ValueError(f"no scripted reply for kind {kind!r}")
 
 

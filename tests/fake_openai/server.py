@@ -2,7 +2,7 @@
 
 The server speaks just enough of the OpenAI HTTP protocol for the official ``openai`` SDK:
 
-* ``GET  /v1/models``            -> one model, ``fake-model``
+* ``GET  /v1/models``            -> one model, ``fake-model`` (or ``Capabilities.models``)
 * ``POST /v1/chat/completions``  -> a deterministic, schema-valid reply chosen from the prompt kind
 * ``POST /v1/embeddings``        -> deterministic unit vectors (dimension 32 unless ``dimensions``)
 * ``/v1/files``, ``/v1/batches``  -> the Batch API (``batches.FakeBatches``; ``server.batch.plan``
@@ -13,8 +13,10 @@ template that produced the messages, which ``LLMClient.complete(prompt_id=...)``
 table ``scripted.PROMPT_KINDS``; a request without the header, or with an id not in the table, gets
 a 400 ``unknown_prompt_kind`` that names the header. The message text never decides the kind. A
 ``FaultPlan`` injects HTTP errors, slow answers, broken content and broken response bodies so
-retry/repair paths can be tested; ``instrumentation.Instrumentation`` records every request body,
-its headers and what was sent back.
+retry/repair paths can be tested; ``Capabilities`` makes it a server that lacks a feature (JSON
+mode, JSON-schema ``response_format``, ``seed``, deterministic replies, a model) or sends rate-limit
+headers, as ``make doctor`` probes them; ``instrumentation.Instrumentation`` records every request
+body, its headers and what was sent back.
 
 The server binds 127.0.0.1 on an ephemeral port and runs in a daemon thread.
 """
@@ -114,6 +116,41 @@ class FaultPlan:
             self.kinds = set(self.kinds)
 
 
+@dataclass
+class Capabilities:
+    """What the server supports, for probing an endpoint (``make doctor``); the defaults accept
+    everything, as before.
+
+    ``models``: the models ``/v1/models`` lists and chat answers; a chat request for any other
+    model gets OpenAI's 404 ``model_not_found`` (``None``: list ``fake-model``, answer any name).
+    ``json_mode`` / ``json_schema`` / ``seed``: ``False`` rejects a request carrying
+    ``response_format`` of that type / a ``seed`` with a 400, as servers without them do.
+    ``deterministic=False`` makes each reply to the same request differ (a counter in the content).
+    ``rate_limit_headers`` are sent with every chat reply."""
+
+    models: Optional[tuple[str, ...]] = None
+    json_mode: bool = True
+    json_schema: bool = True
+    seed: bool = True
+    deterministic: bool = True
+    rate_limit_headers: dict[str, str] = field(default_factory=dict)
+
+    def refusal(self, body: dict[str, Any]) -> Optional[tuple[int, dict[str, Any]]]:
+        """(status, error body) for a chat request this server cannot serve, else None."""
+        model = body.get("model")
+        if self.models is not None and model not in self.models:
+            return 404, _error_body(f"The model `{model}` does not exist or you do not have access to it.",
+                                    "invalid_request_error", "model_not_found")
+        fmt = (body.get("response_format") or {}).get("type")
+        if (fmt == "json_object" and not self.json_mode) or (fmt == "json_schema" and not self.json_schema):
+            return 400, _error_body(f"Invalid parameter: 'response_format' of type '{fmt}' is not supported "
+                                    "with this model.", "invalid_request_error", None, "response_format")
+        if "seed" in body and not self.seed:
+            return 400, _error_body("Unrecognized request argument supplied: seed", "invalid_request_error",
+                                    None, "seed")
+        return None
+
+
 def _error_body(message: str, type_: str, code: Optional[str] = None, param: Optional[str] = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
@@ -199,8 +236,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path.startswith("/v1/batches/"):
             self._send_json(*batches.retrieve(path.split("/")[3]))
         elif self._path() in ("/v1/models", "/models"):
+            listed = self.server.fake.capabilities.models or (FAKE_MODEL,)
             self._send_json(200, {"object": "list", "data": [
-                {"id": FAKE_MODEL, "object": "model", "created": 1700000000, "owned_by": "fake-openai"},
+                {"id": m, "object": "model", "created": 1700000000, "owned_by": "fake-openai"} for m in listed
             ]})
         elif self._path() in (f"/v1/models/{FAKE_MODEL}", f"/models/{FAKE_MODEL}"):
             self._send_json(200, {"id": FAKE_MODEL, "object": "model", "created": 1700000000,
@@ -291,6 +329,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, _error_body(unknown_kind_message(prompt_id),
                                              "invalid_request_error", "unknown_prompt_kind", PROMPT_ID_HEADER))
             return
+        refused = fake.capabilities.refusal(body)
+        if refused is not None:
+            fake._reply(index, refused[0], json.dumps(refused[1]))
+            self._send_json(*refused)
+            fake._served(index, started)
+            return
         if fault in HTTP_FAULTS:
             message, type_, code = _HTTP_FAULT_BODIES[fault]
             message = message.replace("{key}", headers.get("authorization", "").removeprefix("Bearer "))
@@ -303,6 +347,8 @@ class _Handler(BaseHTTPRequestHandler):
             fake._sleep(fake.faults.timeout_seconds if fake.faults else 2.0)
         text = prompt_text(messages)
         content = scripted_content(kind, text)
+        if not fake.capabilities.deterministic:
+            content = _vary(content, index)
         finish_reason = "stop"
         if fault == "malformed":
             content = MALFORMED_CONTENT
@@ -341,8 +387,18 @@ class _Handler(BaseHTTPRequestHandler):
             fake._served(index, started)
             return
         fake._reply(index, 200, content)
-        self._send_json(200, payload)
+        self._send_json(200, payload, fake.capabilities.rate_limit_headers or None)
         fake._served(index, started)
+
+
+def _vary(content: str, n: int) -> str:
+    """The reply of a non-deterministic server: the n-th reply differs from every other (a JSON
+    object stays one, with an extra key)."""
+    try:
+        obj = json.loads(content)
+    except json.JSONDecodeError:
+        return f"{content} ({n})"
+    return json.dumps({**obj, "_n": n}) if isinstance(obj, dict) else f"{content} ({n})"
 
 
 class _Server(ThreadingHTTPServer):
@@ -371,9 +427,11 @@ class FakeOpenAI(Instrumentation):
     """
 
     def __init__(self, *, faults: Optional[FaultPlan] = None, latency: float = 0.0,
-                 kind_latency: Optional[dict[str, float]] = None) -> None:
+                 kind_latency: Optional[dict[str, float]] = None,
+                 capabilities: Optional[Capabilities] = None) -> None:
         super().__init__()  # the request log, counters and ``_lock``
         self.faults = faults
+        self.capabilities = capabilities or Capabilities()
         self.latency = float(latency)  # seconds each request waits before it is answered
         self.kind_latency = dict(kind_latency or {})  # prompt kind -> latency, overriding ``latency``
         self._rng = random.Random(faults.seed if faults else 0)

@@ -1,0 +1,98 @@
+"""`make lint` and `make test` do their own set-up: the installed environment (the stamp `make demo`
+uses) and the browser packages of the report's browser test. Checked with `make -n` and a PATH of
+stand-in programs, so nothing is installed and the machine's own chromium does not matter."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.conftest import REPO
+
+MAKE = shutil.which("make") or "make"
+APT_INSTALL = "apt-get install -y -qq chromium chromium-driver"
+
+
+def _bin(tmp_path: Path, **programs: str) -> Path:
+    """A directory of stand-in programs (name -> shell body): the only PATH make and its recipes see."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in programs.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _make(tmp_path: Path, bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": str(bin_dir)}
+    env.pop("MAKEFLAGS", None)
+    env.pop("VENV", None)
+    return subprocess.run([MAKE, "--no-print-directory", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_make_test_without_the_stamp_installs_first_and_skips_apt_when_chromium_is_there(tmp_path):
+    venv = tmp_path / "venv"
+    bin_dir = _bin(tmp_path, chromium="true", chromedriver="true")
+    out = _make(tmp_path, bin_dir, "-n", "test", f"VENV={venv}")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert f"python3 -m venv {venv}" in lines
+    assert f"{venv}/bin/pip install -q -r requirements.txt" in lines
+    install_done = lines.index(f"touch {venv}/.installed")
+    pytest_line = next(i for i, line in enumerate(lines) if "-m pytest" in line)
+    assert install_done < pytest_line and lines[pytest_line].startswith(f"HF_HUB_OFFLINE=1 {venv}/bin/python ")
+    assert "apt-get" not in out.stdout
+
+
+def test_make_test_with_a_fresh_stamp_does_not_install_again(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed").touch()
+    newer = max((REPO / f).stat().st_mtime for f in ("requirements.txt", "requirements-demo.txt",
+                                                        "requirements-systems.txt")) + 60
+    os.utime(venv / ".installed", (newer, newer))
+    out = _make(tmp_path, _bin(tmp_path, chromium="true", chromedriver="true"), "-n", "test", f"VENV={venv}")
+    assert out.returncode == 0, out.stderr
+    assert "pip install" not in out.stdout
+    assert f"HF_HUB_OFFLINE=1 {venv}/bin/python -m pytest -q" in out.stdout.splitlines()  # the stamped venv's
+
+
+def test_make_test_installs_the_browser_packages_when_either_is_missing(tmp_path):
+    for present in ({}, {"chromium": "true"}, {"chromedriver": "true"}):
+        bin_dir = tmp_path / "-".join(present) / "x"
+        bin_dir.mkdir(parents=True)
+        out = _make(bin_dir, _bin(bin_dir, **present), "-n", "test", f"VENV={tmp_path / 'venv'}")
+        assert out.returncode == 0, out.stderr
+        assert "apt-get update -qq && " in out.stdout and APT_INSTALL in out.stdout, present
+        assert out.stdout.index(APT_INSTALL) < out.stdout.index("-m pytest")
+
+
+def test_make_browser_runs_apt_get_as_root(tmp_path):
+    log = tmp_path / "apt.log"
+    bin_dir = _bin(tmp_path, id="echo 0", **{"apt-get": f'echo "$*" >> {log}'})
+    out = _make(tmp_path, bin_dir, "browser")
+    assert out.returncode == 0, out.stderr
+    assert log.read_text().splitlines() == ["update -qq", "install -y -qq chromium chromium-driver"]
+
+
+def test_make_browser_stops_with_the_command_to_run_when_not_root(tmp_path):
+    log = tmp_path / "apt.log"
+    bin_dir = _bin(tmp_path, id="echo 1000", **{"apt-get": f'echo "$*" >> {log}'})
+    out = _make(tmp_path, bin_dir, "browser")
+    assert out.returncode != 0
+    assert "sudo apt-get update -qq && sudo apt-get install -y chromium chromium-driver" in out.stdout
+    assert not log.exists()
+    # With both present there is nothing to do, root or not.
+    present = _bin(tmp_path, chromium="true", chromedriver="true")
+    assert _make(tmp_path, present, "browser").returncode == 0
+
+
+def test_ci_sets_up_through_make_lint_and_make_test_only():
+    script = (REPO / ".ci" / "run").read_text()
+    commands = [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    # `make docs` is a check (the strict site build), not set-up; it needs the environment `make lint` made.
+    assert [c.split()[:2] for c in commands if c.startswith("make")] == [["make", "lint"], ["make", "docs"], ["make", "test"]]
+    assert not any(re.search(r"\b(apt-get|pip|venv)\b", c) for c in commands if "VENV=" not in c)
