@@ -218,16 +218,16 @@ def _dense_plan(scope: str) -> Plan:
 def test_dense_only_queries_each_hop_with_its_purpose(memory) -> None:
     emb = Recording()
     q = Q("Which dog did Caroline adopt before moving?")
-    row = retriever(memory, embedder=emb, mode="dense_only").retrieve(q, _dense_plan("point"))
+    row = retriever(memory, embedder=emb, mode="dense_only", dense_only_point_k=2).retrieve(q, _dense_plan("point"))
     texts = [f"Question: {q.question}\nRetrieval sub-question: {h.purpose}" for h in _dense_plan("point").hops]
     assert [t for t in emb.seen if t.startswith("Question: ")] == texts
     r = retriever(memory, mode="dense_only")
-    expected: list[str] = []
-    for t in texts:  # union over hops, in hop order, 5 episodes per point hop
-        expected += [e for e in ids(memory, r.dense(t, 5)) if e not in expected]
-    assert [s.episode_id for s in row.selected] == expected
-    assert {s.hop_id for s in row.selected} <= {"h1", "h2"} and {s.route for s in row.selected} == {"dense"}
-    assert row.selected[0].hop_id == "h1"
+    expected: dict[str, str] = {}
+    for h, t in zip(("h1", "h2"), texts):  # union over hops, in hop order, k episodes per point hop
+        for e in ids(memory, r.dense(t, 2)):
+            expected.setdefault(e, h)
+    assert {s.episode_id: s.hop_id for s in row.selected} == expected
+    assert {s.route for s in row.selected} == {"dense"} and set(expected.values()) == {"h1", "h2"}
 
 
 def test_dense_only_budget_is_5_per_point_hop_and_50_per_all_matching_hop(memory) -> None:
