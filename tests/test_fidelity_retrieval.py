@@ -24,7 +24,21 @@ from common.method.render import MemoryView
 from common.method.retrieve import Retriever, value_compatible
 from common.pipeline import experiments, ledger
 from tests.test_retrieve import (
-    E1, E2, E3, E5, E6, EMBEDDER, EPISODES, MEM, VIEW, ACTIVITY, FakeEmbedder, Q, build_memory, hop, plan,
+    ACTIVITY,
+    E1,
+    E2,
+    E3,
+    E5,
+    E6,
+    EMBEDDER,
+    EPISODES,
+    MEM,
+    VIEW,
+    FakeEmbedder,
+    Q,
+    build_memory,
+    hop,
+    plan,
 )
 
 
@@ -395,7 +409,8 @@ def test_baseline_session_metric_is_the_official_turn_to_session_rule(tmp_path) 
     _write_jsonl(artifacts.path(tmp_path, "sessions"), [to_dict(s) for s in sessions])
     order = ["A:2", "F:1", "A:3", "A:1"]
     _write_jsonl(artifacts.path(tmp_path, "retrievals"), [
-        {"qid": "q", "selected": [], "dia_ids": ["A:1", "A:2", "A:3", "F:1"], "method_info": {"ranked_dia_ids": order}}])
+        {"qid": "q", "selected": [], "dia_ids": ["A:1", "A:2", "A:3", "F:1"],
+         "method_info": {"ranked_dia_ids": order}}])
     _write_jsonl(artifacts.path(tmp_path, "gold"), [to_dict(Gold(
         "q", "m", "a red bike", 0, question_type="single-session-user", answer_session_ids=["answer_a"],
         has_answer=["A:1"]))])

@@ -17,7 +17,11 @@ Hops run in plan order: a hop that declares a bridge has it resolved over its se
 (``common.method.bridge``, one LLM call) before the hops that use ``$hN.bridge`` search. Hops are
 merged by episode id in hop order, each episode keeping the hop, route, record and score that
 selected it; the buffer renders the ORIGINAL turns, episodes ordered by question terms (the
-authors' Step 6; ``retrieve.buffer_order=conversation`` orders them by time).
+authors' Step 6; ``retrieve.buffer_order=conversation`` orders them by time). Nothing is dropped
+unless a cap is configured (the paper configs set none, as the code); a binding cap drops
+neighbour, dense, then lexical episodes before any structured match (``retrieve.cap_drop``).
+The structured gates are the code's (``retrieve.gates``), with its placeholder anchor values and
+first-person anchors (the memory's user) on by default.
 """
 from __future__ import annotations
 
@@ -194,7 +198,7 @@ class Retriever:
                 continue
             field_scores = {"entity": float(ent[i]), "property": prop_score}
             if anchor.entity_type:
-                field_scores["entity_type"] = 1.0 if r.entity_type == anchor.entity_type else 0.0
+                field_scores["entity_type"] = 1.0 if self.rec_types[i] == atype else 0.0
             if anchor.value:
                 field_scores["value"] = 1.0 if norm(anchor.value) == norm(r.value) else max(
                     0.0, float(cos["value"][i]), jaccard(anchor.value, r.value))
@@ -429,7 +433,8 @@ class Retriever:
             order.sort(key=lambda i: (CAP_PRIORITY[ranked[i][1].route], i))
         head = order if cfg.max_episodes is None else order[: cfg.max_episodes]
         dropped_routes: Counter[str] = Counter(ranked[i][1].route for i in order[len(head):])
-        by_tokens, total, keep = 0, 0, []
+        by_tokens, total = 0, 0
+        keep: list[int] = []
         for i in head:
             n = self._tokens_of(ranked[i][0])
             if keep and cfg.max_buffer_tokens is not None and total + n > cfg.max_buffer_tokens:
@@ -441,7 +446,8 @@ class Retriever:
         by_episodes = len(order) - len(head)
         caps: dict[str, Any] = {}
         if by_episodes or by_tokens:
-            caps = {"max_episodes": by_episodes, "max_buffer_tokens": by_tokens, "routes": dict(sorted(dropped_routes.items()))}
+            caps = {"max_episodes": by_episodes, "max_buffer_tokens": by_tokens,
+                    "routes": dict(sorted(dropped_routes.items()))}
         return [ranked[i] for i in sorted(keep)], caps
 
     def _contributions(self, scope: str, kept: list[tuple[int, Selected]], n_selected: int) -> dict[str, Any]:
