@@ -142,8 +142,10 @@ def test_evidence_recall_summary_reports_official_beside_cleaned() -> None:
         {"cat": "adversarial", "scored": False, "raw_n": 1, "official": 1.0, "cleaned": 1.0},
     ]
     out = metrics.evidence_recall_summary(rows)
-    official, cleaned = out["evidence_recall_official"], out["evidence_recall_cleaned"]
-    # Official: every question scored by the official script, no-evidence questions count 1.0.
+    # The per-question mean, named evidence_recall_official until the second fidelity pass made
+    # that name the official aggregate (tests/test_fidelity_retrieval.py).
+    official, cleaned = out["evidence_recall_mean"], out["evidence_recall_cleaned"]
+    # Mean: every question scored by the official script, no-evidence questions count 1.0.
     assert official["n"] == 4 and official["overall"] == pytest.approx((0.5 + 1.0 + 0.0 + 1.0) / 4)
     assert official["by_category"]["multi-hop"] == pytest.approx(0.75)
     assert official["no_gold_evidence_scored_1"] == 1

@@ -124,8 +124,9 @@ def index():
 
 
 # The harness's earlier retrieval choices, options since issue 11 (BM25 route, coverage stop,
-# buffer in conversation order): these tests pin them; tests/test_fidelity.py pins the new defaults.
-LEGACY = dict(stop_when_covered=True, lexical="bm25", buffer_order="conversation")
+# buffer in conversation order) and since the second fidelity pass (question-only dense_only):
+# these tests pin them; tests/test_fidelity.py and test_fidelity_retrieval.py pin the new defaults.
+LEGACY = dict(stop_when_covered=True, lexical="bm25", buffer_order="conversation", dense_only_query="question")
 
 
 def make(index, **cfg):

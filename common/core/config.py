@@ -172,11 +172,32 @@ class ScopeBudget:
 @dataclass(frozen=True)
 class RetrieveConfig:
     mode: Literal["adaptive", "fixed_k", "dense_only"] = "adaptive"
-    fixed_k: int = 5  # episodes per hop in fixed_k mode; episodes per question in dense_only
+    fixed_k: int = 5  # episodes per hop in fixed_k mode; episodes per question in dense_only_query=question
+    # dense_only (the authors' 11_retrieve_dense_only, reference_notes 4.3): each hop queries
+    # "Question: <q>\nRetrieval sub-question: <hop purpose>" and keeps its top dense_only_point_k
+    # episodes (point plans) or dense_only_all_matching_k (all_matching plans); hops are unioned.
+    # question: the harness's earlier ablation, the question alone and ``fixed_k`` episodes.
+    dense_only_query: Literal["hops", "question"] = "hops"
+    dense_only_point_k: int = 5
+    dense_only_all_matching_k: int = 50
     min_score: float = 0.35  # structured records below this weighted score are dropped
     property_threshold: float = 0.78  # cosine for a non-exact property to match
     value_threshold: float = 0.86  # cosine for a non-lexical value to match
     entity_fuzzy: float = 90.0  # rapidfuzz ratio for an entity to match a record's entity
+    # Structured gates (reference_notes 3.5 step 5). code: as the authors' code: a typed anchor
+    # needs the same record type ("other" included), generic record properties are activity/event/
+    # thing/other, a generic record property passes a SPECIFIC anchor property only when it holds
+    # the anchor's value (else it is dropped), and the semantic property fallback is barred per
+    # record entity that has the exact property. loose: the harness's earlier, wider gates (record
+    # or anchor type "other" passes any type, "fact" generic, the value route for any anchor
+    # property, the exact-property check over every entity the fuzzy gate lets through).
+    gates: Literal["code", "loose"] = "code"
+    # An anchor value that is a placeholder noun (book, art, kids, event, thing, favorite, ...;
+    # retrieve.PLACEHOLDER_VALUES) passes any record with a non-empty value, as the authors' code.
+    placeholder_values: bool = True
+    # First-person anchor entities (I, me, my, the user, user's, ...) name the memory's user (the
+    # one speaker of a user/assistant chat), as the authors' planner rule "my/the user -> user".
+    first_person: bool = True
     weights: dict = field(
         default_factory=lambda: {
             "entity": 0.25,
@@ -208,8 +229,14 @@ class RetrieveConfig:
     # episode even past the ``fallback_k`` cut (configs/longmemeval.yaml; their LoCoMo code does not).
     keep_top_dense: bool = False
     temporal_neighbors: int = 0  # episodes on each side kept for temporal plans (date context)
-    max_episodes: int = 60  # hard cap per question, after merging hops
-    max_buffer_tokens: int = 20000  # episodes are added in rank order; one that would exceed this is skipped
+    # Caps per question after merging hops (None = none: the authors' code drops nothing, and the
+    # paper configs set none). When a cap binds, ``cap_drop`` says what goes first: route =
+    # neighbour, then dense, then lexical episodes, structured matches last (each route from the
+    # bottom of the answer ranking up); rank = the bottom of the answer ranking whatever the route
+    # (the harness's earlier rule, which dropped structured matches without question terms first).
+    max_episodes: Optional[int] = None
+    max_buffer_tokens: Optional[int] = None  # o200k tokens of episode text; the first kept episode always stays
+    cap_drop: Literal["route", "rank"] = "route"
     # A hop with a ``bridge_request`` gets one LLM call (role ``bridge``) over its selected
     # episodes; the value replaces ``$hN.bridge`` in the anchors of the hops that depend on it.
     # false: the placeholder is dropped and those hops rely on their other fields.

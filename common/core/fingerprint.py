@@ -28,7 +28,10 @@ from common.core.config import Config
 from common.core.prompts import PROMPT_DIR
 
 # Bump when a code change alters any artifact or score for the same config and data.
-PROTOCOL_VERSION = "2026.12.1"  # 2026.11.2: bridges resolved in 06; 2026.12.1: dense chunks under the authors' header
+# 2026.11.2: bridges resolved in 06; 2026.12.1: dense chunks under the authors' header; 2026.12.2:
+# retrieval keeps what the authors' code kept (no buffer cap in the paper configs, the code's
+# structured gates, placeholder values, first-person anchors, per-hop dense_only).
+PROTOCOL_VERSION = "2026.12.2"
 
 METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "plan", "retrieve", "method", "answer")
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}

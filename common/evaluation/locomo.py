@@ -78,7 +78,8 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
     out["f1_official"] = {"overall": describe([r["f1"] for r in f1])["mean"],
                           "by_category": {c: describe([r["f1"] for r in f1 if r["cat"] == c])["mean"]
                                           for c in sorted({r["cat"] for r in f1})}}
-    # Official (all questions, no evidence = 1.0) beside the harness's cleaned variant.
+    # Official (analyze_aggr_acc: no evidence counts 0, all questions in the denominator), the
+    # per-question mean (no evidence = 1.0) and the harness's cleaned variant.
     out.update(evidence_recall_summary(
         {"cat": DATA.category(g), "scored": g.category in SCORED_CATEGORIES, "raw_n": len(g.raw_evidence),
          "official": evidence_recall_official(g.raw_evidence, rets.get(g.qid, {}).get("dia_ids", [])),

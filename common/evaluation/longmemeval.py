@@ -68,14 +68,21 @@ def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
             rg.corpus_turn_ids, set(rg.relevant_turns))
         metrics["session_dedup"] = metrics.pop("session")
         # Official: one entry per retrieved unit, repeated sessions counted (metrics.unit_session_metrics);
-        # the corpus is every unit of the memory (episodes; single turns for baselines).
+        # the corpus is every episode of the memory.
         if ret["selected"]:
             corpus_units = [official_session_id(source[e["session_id"]]) for e in episodes.values()
                             if e["memory_id"] == gold.memory_id]
+            metrics["session"] = unit_session_metrics(unit_sessions, corpus_units, set(rg.relevant_sessions))
         else:
+            # A baseline ranks turns: the official rule for a turn ranking is upstream's turn->session
+            # evaluation (user turns only, unflagged turns of an answer session relabelled noans),
+            # i.e. ``turn_as_session``. The earlier figure (every turn, assistant turns included, and
+            # every turn of an answer session relevant) is kept as ``session_all_turns``.
             corpus_units = [official_session_id(source[x.session_id]) for x in sessions[gold.memory_id]
                             for _ in x.turns]
-        metrics["session"] = unit_session_metrics(unit_sessions, corpus_units, set(rg.relevant_sessions))
+            metrics["session_all_turns"] = unit_session_metrics(unit_sessions, corpus_units,
+                                                                set(rg.relevant_sessions))
+            metrics["session"] = dict(metrics["turn_as_session"])
         out[gold.qid] = metrics
     return out
 
@@ -125,7 +132,9 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
         if "skipped" in m:
             summary["skipped"][m["skipped"]] += 1
     summary["skipped"] = dict(summary["skipped"])
-    for level in ("session", "session_dedup", "turn", "turn_as_session"):
+    for level in ("session", "session_dedup", "turn", "turn_as_session", "session_all_turns"):
+        if level == "session_all_turns" and not (scored and all(level in m for m in scored)):
+            continue  # baselines only (a turn ranking)
         keys = scored[0][level].keys() if scored else []
         summary[level] = {k: round(sum(m[level][k] for m in scored) / len(scored), 4) for k in keys}
     out["retrieval"] = summary

@@ -139,19 +139,35 @@ def evidence_recall_official(raw_evidence: Sequence[str], retrieved_ids: Iterabl
     return sum(1 for ev in raw_evidence if ev in retrieved) / len(raw_evidence)
 
 
+OFFICIAL_RECALL_DECIMALS = 3  # upstream evaluate_qa stores each question's recall as round(recall, 3)
+
+
+def official_recall_sum(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """Upstream ``evaluation_stats.analyze_aggr_acc`` (rag=True) over ``rows``: the stored
+    per-question recalls (rounded to 3 decimals) summed over questions WITH evidence, divided by
+    ALL the questions (a question without evidence adds 0 to the sum and 1 to the count)."""
+    if not rows:
+        return None
+    total = sum(round(r["official"], OFFICIAL_RECALL_DECIMALS) for r in rows if r["raw_n"] > 0)
+    return total / len(rows)
+
+
 def evidence_recall_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Both evidence recalls of a run, under names that say which is which.
+    """The evidence recalls of a run, under names that say which is which.
 
     Each row holds ``cat`` (category name), ``scored`` (True for the categories the accuracy
     table scores), ``raw_n`` (number of raw evidence entries), ``official``
-    (``evidence_recall_official``) and ``cleaned`` (``evidence_recall``, None without gold evidence).
+    (``evidence_recall_official``, the per-question value) and ``cleaned`` (``evidence_recall``,
+    None without gold evidence).
 
-    * ``evidence_recall_official``: the mean of the official per-question values over every
-      question the official script scores (all categories, 5 included; questions without
-      evidence count 1.0, the value ``eval_question_answering`` gives them), overall and per
-      category. Upstream's ``evaluation_stats.analyze_acc`` sums recall only over questions with
-      evidence while dividing by all of them, i.e. scores those 0; with 4 such questions in
-      LoCoMo the two readings differ by at most 4/1,986 overall.
+    * ``evidence_recall_official``: what the official pipeline prints
+      (``evaluation_stats.analyze_aggr_acc`` after ``evaluate_qa``): per category and overall,
+      every question the official script scores (all categories, 5 included) in the denominator;
+      the numerator sums the per-question values rounded to 3 decimals over the questions WITH
+      evidence, so the 4 LoCoMo questions without evidence (category 3) count 0
+      (``no_gold_evidence_counted_0``). Overall = the sum over all categories / all questions.
+    * ``evidence_recall_mean``: the plain mean of the per-question values, a question without
+      evidence counting 1.0 (what ``eval_question_answering`` returns for it), unrounded.
     * ``evidence_recall_cleaned``: the harness's variant over the scored categories, questions
       without gold evidence left out of the mean and counted in ``no_gold_evidence``.
     """
@@ -162,10 +178,15 @@ def evidence_recall_summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]
 
     cats = sorted({r["cat"] for r in rows})
     have = [r for r in rows if r["scored"] and r["cleaned"] is not None]
+    no_evidence = sum(1 for r in rows if r["raw_n"] == 0)
     return {
         "evidence_recall_official": {
+            "overall": official_recall_sum(rows), "n": len(rows), "no_gold_evidence_counted_0": no_evidence,
+            "by_category": {c: official_recall_sum([r for r in rows if r["cat"] == c]) for c in cats},
+        },
+        "evidence_recall_mean": {
             "overall": mean([r["official"] for r in rows]), "n": len(rows),
-            "no_gold_evidence_scored_1": sum(1 for r in rows if r["raw_n"] == 0),
+            "no_gold_evidence_scored_1": no_evidence,
             "by_category": {c: mean([r["official"] for r in rows if r["cat"] == c]) for c in cats},
         },
         "evidence_recall_cleaned": {
@@ -462,7 +483,8 @@ def buffer_contribution_stats(retrieval_rows: Iterable[Mapping[str, Any]]) -> di
     tokens each route put in it; rows without them, e.g. baselines, count under their scope with
     no routes). For each scope (and ``all``): the distribution (n, mean, p50, p95, max) of buffer
     tokens and episodes, and per route of the episodes and tokens it contributed (0 when absent),
-    plus how many episodes the harness's caps dropped.
+    plus how many episodes the caps dropped and how often they fired (``caps_fired``: questions
+    where a cap dropped anything, of how many; per cap; episodes dropped per route).
     """
     rows = list(retrieval_rows)
     groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
@@ -478,8 +500,21 @@ def buffer_contribution_stats(retrieval_rows: Iterable[Mapping[str, Any]]) -> di
             "buffer_tokens": describe([float(r.get("buffer_tokens") or 0) for r in rs]),
             "episodes": describe([float(len(r.get("episode_ids") or [])) for r in rs]),
             "dropped_by_caps": sum(int(c.get("dropped_by_caps") or 0) for c in contrib),
+            "caps_fired": _caps_fired(contrib),
             "routes": {route: {k: describe([float(((c.get("routes") or {}).get(route) or {}).get(k, 0))
                                                  for c in contrib]) for k in ("episodes", "tokens")}
                        for route in routes},
         }
     return out
+
+
+def _caps_fired(contrib: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How often the buffer caps bound among these questions (06 ``contributions.caps``)."""
+    caps = [c.get("caps") or {} for c in contrib]
+    routes: Counter[str] = Counter()
+    for c in caps:
+        routes.update({r: int(n) for r, n in (c.get("routes") or {}).items()})
+    return {"questions": sum(1 for c in contrib if int(c.get("dropped_by_caps") or 0) > 0), "of": len(contrib),
+            "max_episodes": sum(1 for c in caps if c.get("max_episodes")),
+            "max_buffer_tokens": sum(1 for c in caps if c.get("max_buffer_tokens")),
+            "dropped_by_route": dict(sorted(routes.items()))}

@@ -17,12 +17,17 @@ Hops run in plan order: a hop that declares a bridge has it resolved over its se
 (``common.method.bridge``, one LLM call) before the hops that use ``$hN.bridge`` search. Hops are
 merged by episode id in hop order, each episode keeping the hop, route, record and score that
 selected it; the buffer renders the ORIGINAL turns, episodes ordered by question terms (the
-authors' Step 6; ``retrieve.buffer_order=conversation`` orders them by time).
+authors' Step 6; ``retrieve.buffer_order=conversation`` orders them by time). Nothing is dropped
+unless a cap is configured (the paper configs set none, as the code); a binding cap drops
+neighbour, dense, then lexical episodes before any structured match (``retrieve.cap_drop``).
+The structured gates are the code's (``retrieve.gates``), with its placeholder anchor values and
+first-person anchors (the memory's user) on by default.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -38,8 +43,22 @@ from common.method.lexical import EpisodeText, hop_terms, lexical_guard, rank_ep
 from common.method.render import MemoryView, render_buffer, render_turn
 
 FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "condition_value")
-GENERIC_PROPERTIES = frozenset({"activity", "event", "thing", "other", "fact"})
+# Record properties that name no specific predicate (the authors' code: activity, event, thing,
+# other). ``retrieve.gates: loose`` adds "fact", the very_broad granularity's one property.
+GENERIC_PROPERTIES = frozenset({"activity", "event", "thing", "other"})
+LOOSE_GENERIC_PROPERTIES = GENERIC_PROPERTIES | {"fact"}
+# Anchor values that are placeholders, not details: English nouns a planner writes when the
+# question names a kind of thing but not which one ("what book", "her kids", "a family event").
+# Such a value passes any record with a non-empty value (the authors' code, reference_notes 3.5).
+PLACEHOLDER_VALUES = frozenset({
+    "book", "art", "family", "kids", "kid", "child", "children", "event", "activity", "person",
+    "object", "thing", "location", "team", "group", "time", "favorite"})
+# First-person anchor entities; they name the memory's user (``Retriever.user_entity``).
+FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "user", "the user", "user's", "the user's"})
+FIRST_PERSON_POSSESSIVE = ("my ", "the user's ", "user's ")
 ROUTE_PRIORITY = {"structured": 0, "lexical": 1, "dense": 1, "fused": 1, "neighbor": 2}
+# ``cap_drop: route``: what a binding cap keeps first (neighbour episodes go first, structured last).
+CAP_PRIORITY = {"structured": 0, "lexical": 1, "fused": 1, "dense": 2, "neighbor": 3}
 
 
 @dataclass
@@ -50,11 +69,14 @@ class Hit:
     record_id: str = ""
 
 
-def value_compatible(query: str, value: str, cosine: float, threshold: float) -> bool:
-    """Lexical compatibility first (equal, substring, shared word, shared 4+ letter stem), then cosine."""
+def value_compatible(query: str, value: str, cosine: float, threshold: float, placeholders: bool = True) -> bool:
+    """A placeholder query value passes any non-empty value (``placeholders``); else lexical
+    compatibility (equal, substring, shared word, shared 4+ letter stem), then cosine."""
     q, v = norm(query), norm(value)
     if not q or not v:
         return False
+    if placeholders and q in PLACEHOLDER_VALUES:
+        return True
     if q == v or q in v or v in q:
         return True
     qt, vt = set(tokens(q)), set(tokens(v))
@@ -80,6 +102,8 @@ class Retriever:
         self.pos_of = index.episode_pos()
         self.rec_entities = [norm(r.entity) for r in index.records]
         self.rec_props = np.array([r.property for r in index.records], dtype=object)
+        self.rec_types = np.array([norm(r.entity_type) for r in index.records], dtype=object)
+        self.user_entity = user_entity(view)
         self._episode_tokens: dict[int, int] = {}
         self._docs: Optional[list[EpisodeText]] = None
         self._postings: dict[str, frozenset[int]] = {}  # lexical guard: episodes holding each term
@@ -108,37 +132,73 @@ class Retriever:
                                                  np.float32))
         return scores
 
+    def normalize_entity(self, entity: str) -> str:
+        """A first-person entity ("I", "my", "the user", ...) as the memory's user; "my X" as
+        "<user>'s X". Unchanged without a user entity (two people talking) or ``first_person`` off."""
+        if not self.cfg.first_person or not self.user_entity:
+            return entity
+        e = norm(entity)
+        if e in FIRST_PERSON:
+            return self.user_entity
+        for prefix in FIRST_PERSON_POSSESSIVE:
+            if e.startswith(prefix) and e[len(prefix):].strip():
+                return f"{self.user_entity}'s {e[len(prefix):].strip()}"
+        return entity
+
+    def normalize_anchor(self, anchor: Anchor) -> Anchor:
+        entity = self.normalize_entity(anchor.entity)
+        return anchor if entity == anchor.entity else replace(anchor, entity=entity)
+
     def structured(self, anchor: Anchor) -> list[Hit]:
+        """Records passing the entity, type, property and value gates, scored; best per episode.
+
+        ``retrieve.gates`` (config.py) chooses the authors' gates (code) or the earlier wider ones.
+        """
         recs = self.index.records
         if not recs or not anchor.entity or not anchor.property:
             return []
+        anchor = self.normalize_anchor(anchor)
         cfg, w = self.cfg, self.cfg.weights
+        code = cfg.gates == "code"
+        generic = GENERIC_PROPERTIES if code else LOOSE_GENERIC_PROPERTIES
         cos = self._anchor_cosines(anchor)
         ent = self._entity_scores(anchor.entity)
         gate = ent > 0
-        if anchor.entity_type and anchor.entity_type != "other":
-            gate &= np.array([r.entity_type == anchor.entity_type or r.entity_type == "other" for r in recs])
+        atype = norm(anchor.entity_type)
+        if atype and code:
+            gate &= self.rec_types == atype
+        elif atype and atype != "other":
+            gate &= (self.rec_types == atype) | (self.rec_types == "other")
         aprop = normprop(anchor.property)
+        specific = aprop not in generic
         exact_prop = gate & (self.rec_props == aprop)
-        has_exact = bool(exact_prop.any())
+        # The semantic property fallback is barred where the entity has the exact property: per
+        # record entity (code; the fuzzy entity gate may let several entities through), or over
+        # everything the gate let through (loose).
+        exact_entities = {self.rec_entities[i] for i in np.flatnonzero(exact_prop)}
+        any_exact = bool(exact_entities)
         hits: dict[int, Hit] = {}
         for i in np.flatnonzero(gate):
             r = recs[i]
+            generic_record = r.property in generic
             if r.property == aprop:
                 prop_score = 1.0
-            elif (r.property in GENERIC_PROPERTIES and anchor.value
-                  and value_compatible(anchor.value, r.value, 0.0, 1.01)):
+            elif (generic_record and anchor.value and (specific or not code)
+                  and value_compatible(anchor.value, r.value, 0.0, 1.01, cfg.placeholder_values)):
                 prop_score = 1.0  # a generic record property carrying the anchor's value
-            elif not has_exact and cos["property"][i] >= cfg.property_threshold:
+            elif code and generic_record and specific:
+                continue  # the code drops a generic record that does not carry the value
+            elif (not (self.rec_entities[i] in exact_entities if code else any_exact)
+                  and cos["property"][i] >= cfg.property_threshold):
                 prop_score = float(cos["property"][i])
             else:
                 continue
             if anchor.value and not value_compatible(anchor.value, r.value, float(cos["value"][i]),
-                                                     cfg.value_threshold):
+                                                     cfg.value_threshold, cfg.placeholder_values):
                 continue
             field_scores = {"entity": float(ent[i]), "property": prop_score}
             if anchor.entity_type:
-                field_scores["entity_type"] = 1.0 if r.entity_type == anchor.entity_type else 0.0
+                field_scores["entity_type"] = 1.0 if self.rec_types[i] == atype else 0.0
             if anchor.value:
                 field_scores["value"] = 1.0 if norm(anchor.value) == norm(r.value) else max(
                     0.0, float(cos["value"][i]), jaccard(anchor.value, r.value))
@@ -293,12 +353,11 @@ class Retriever:
         calls: list[dict[str, Any]] = []
         in_resolver = 0.0  # wall time inside bridge calls (may include waiting for other threads)
         if cfg.mode == "dense_only":
-            for h in self.dense(question.question, cfg.fixed_k):
-                selected[h.pos] = Selected(self.index.episodes[h.pos].episode_id, "question", "dense", h.score)
+            self._dense_only(question, plan, selected)
         else:
             values: dict[str, str] = {}
             for hop in plan.hops:  # plan order: a hop only depends on earlier hops (05 validates)
-                anchor = anchors[hop.hop_id] = resolve_anchor(hop.anchor, values)
+                anchor = anchors[hop.hop_id] = self.normalize_anchor(resolve_anchor(hop.anchor, values))
                 hits, coverage[hop.hop_id] = self.hop_hits(question.question, anchor, plan.retrieval_scope)
                 if hop.bridge_request and resolve is not None:
                     bridge, hop_calls, spent = self._resolve_bridge(resolve, question.question, hop, anchor, hits)
@@ -319,19 +378,14 @@ class Retriever:
             ranked = [(p, selected[p]) for p in self.rank_for_answer(question.question, list(selected))]
         else:
             ranked = sorted(selected.items(), key=lambda kv: (ROUTE_PRIORITY[kv[1].route], -kv[1].score, kv[0]))
-        kept: list[tuple[int, Selected]] = []
-        total = 0
-        for pos, sel in ranked[: cfg.max_episodes]:
-            n = self._tokens_of(pos)
-            if kept and total + n > cfg.max_buffer_tokens:
-                continue
-            kept.append((pos, sel))
-            total += n
+        kept, caps = self._apply_caps(ranked)
         episodes = [self.index.episodes[p] for p, _ in kept]
         in_rank_order = cfg.buffer_order == "answer_rank"
         buffer = render_buffer(self.view, episodes, self.include_images, keep_order=in_rank_order)
         ordered = episodes if in_rank_order else sorted(episodes, key=lambda e: self.view.position[e.dia_ids[0]])
         contributions = self._contributions(plan.retrieval_scope, kept, len(selected))
+        if caps:
+            contributions["caps"] = caps
         # Retrieval time = our own compute plus the bridge calls' latency (the original call's
         # when cached, like every efficiency figure), not the time spent queued behind other work.
         bridge_seconds = sum(float(c.get("latency") or 0.0) for c in calls)
@@ -347,6 +401,54 @@ class Retriever:
             fallback_used=bool(failed), error=failed[0] if failed else "", llm_calls=calls,
             contributions=contributions,
         )
+
+    def _dense_only(self, question: Question, plan: Plan, selected: dict[int, Selected]) -> None:
+        """The dense-only ablation. hops (the authors' script): per hop, "Question: ...\nRetrieval
+        sub-question: <purpose>", top 5 (point plan) or 50 (all_matching) episodes, unioned in hop
+        order; a plan without hops is searched once with an empty purpose. question: the question
+        alone, top ``fixed_k``."""
+        cfg = self.cfg
+        if cfg.dense_only_query == "question":
+            queries, k = [("question", question.question)], cfg.fixed_k
+        else:
+            k = cfg.dense_only_all_matching_k if plan.retrieval_scope == "all_matching" else cfg.dense_only_point_k
+            queries = [(h.hop_id, f"Question: {question.question}\nRetrieval sub-question: {h.purpose}")
+                       for h in plan.hops] or [("question", f"Question: {question.question}\nRetrieval sub-question: ")]
+        for hop_id, text in queries:
+            for h in self.dense(text, k):
+                if h.pos not in selected:
+                    selected[h.pos] = Selected(self.index.episodes[h.pos].episode_id, hop_id, "dense", h.score)
+
+    def _apply_caps(self, ranked: list[tuple[int, Selected]]) -> tuple[list[tuple[int, Selected]], dict[str, Any]]:
+        """The ranked buffer within ``max_episodes`` and ``max_buffer_tokens`` (None: no cap), and
+        what each cap dropped ({} when nothing was). Candidates are considered in ``cap_drop``
+        order (route: structured, lexical, dense, neighbour, each in answer-rank order; rank: the
+        answer ranking); the first ``max_episodes`` of that order are kept unless adding one would
+        pass the token cap (the first is always kept). Kept episodes stay in the answer ranking."""
+        cfg = self.cfg
+        if cfg.max_episodes is None and cfg.max_buffer_tokens is None:
+            return ranked, {}
+        order = list(range(len(ranked)))
+        if cfg.cap_drop == "route":
+            order.sort(key=lambda i: (CAP_PRIORITY[ranked[i][1].route], i))
+        head = order if cfg.max_episodes is None else order[: cfg.max_episodes]
+        dropped_routes: Counter[str] = Counter(ranked[i][1].route for i in order[len(head):])
+        by_tokens, total = 0, 0
+        keep: list[int] = []
+        for i in head:
+            n = self._tokens_of(ranked[i][0])
+            if keep and cfg.max_buffer_tokens is not None and total + n > cfg.max_buffer_tokens:
+                by_tokens += 1
+                dropped_routes[ranked[i][1].route] += 1
+                continue
+            keep.append(i)
+            total += n
+        by_episodes = len(order) - len(head)
+        caps: dict[str, Any] = {}
+        if by_episodes or by_tokens:
+            caps = {"max_episodes": by_episodes, "max_buffer_tokens": by_tokens,
+                    "routes": dict(sorted(dropped_routes.items()))}
+        return [ranked[i] for i in sorted(keep)], caps
 
     def _contributions(self, scope: str, kept: list[tuple[int, Selected]], n_selected: int) -> dict[str, Any]:
         """Episodes and tokens (o200k, episode text) that each route and scope put in the buffer."""
@@ -365,3 +467,11 @@ class Retriever:
                 for nb in (pos - d, pos + d):
                     if 0 <= nb < len(eps) and nb not in selected and eps[nb].session_id == eps[pos].session_id:
                         selected[nb] = Selected(eps[nb].episode_id, selected[pos].hop_id, "neighbor", 0.0)
+
+
+def user_entity(view: MemoryView) -> str:
+    """The memory's user: the one speaker of its user turns when it also has assistant turns (a
+    user/assistant chat, as LongMemEval); "" for a conversation between people (LoCoMo)."""
+    users = {norm(t.speaker) for t in view.turns.values() if t.role == "user"}
+    has_assistant = any(t.role == "assistant" for t in view.turns.values())
+    return next(iter(users)) if has_assistant and len(users) == 1 else ""

@@ -133,7 +133,9 @@ def estimate(cfg: Config) -> dict[str, Any]:
         tin = sum(_tok(plan_messages(q, vocab, cfg.extract.granularity)) for q in data.questions)
         add(IDS["plan"], "plan", nq, tin, ASSUME["plan_out"] * nq, _existing(run_dir, "plans"),
             f"exact templates; vocabulary of {n_vocab} properties assumed")
-        buffer = min(ASSUME["ensimem_buffer"], cfg.retrieve.max_buffer_tokens) + ASSUME["plan_text_in_answer"]
+        cap = cfg.retrieve.max_buffer_tokens
+        buffer = (ASSUME["ensimem_buffer"] if cap is None else min(ASSUME["ensimem_buffer"], cap)) \
+            + ASSUME["plan_text_in_answer"]
         if cfg.retrieve.bridges and cfg.retrieve.mode != "dense_only":
             n_bridges, basis = _bridges(run_dir, {q.qid for q in data.questions})
             overhead = count_tokens(prompts.load("bridge_system")) + count_tokens(prompts.load("bridge_user")) + 60

@@ -248,15 +248,23 @@ def buffer_markdown(buf: Optional[dict[str, Any]]) -> str:
     paper = buf["paper_mean_context_tokens"]
     lines = ["", f"Evidence buffer per plan scope (o200k tokens; the paper's mean: {paper:,})", "",
              "| scope | n | tokens mean | p50 | p95 | max | episodes mean | dropped by caps "
-             "| route episodes/tokens (mean) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| questions capped | route episodes/tokens (mean) |", "|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda v: "" if v is None else f"{v:.0f}"  # noqa: E731
     for scope, b in buf["by_scope"].items():
         t, e = b["buffer_tokens"], b["episodes"]
         routes = "; ".join(f"{r} {v['episodes']['mean']:.1f}/{v['tokens']['mean']:.0f}" for r, v in b["routes"].items())
         lines.append(f"| {scope} | {t['n']} | {f(t['mean'])} | {f(t['p50'])} | {f(t['p95'])} | {f(t['max'])} | "
                      f"{'' if e['mean'] is None else format(e['mean'], '.1f')} | "
-                     f"{b['dropped_by_caps']} | {routes} |")
+                     f"{b['dropped_by_caps']} | {_capped(b.get('caps_fired'))} | {routes} |")
     return "\n".join(lines) + "\n"
+
+
+def _capped(fired: Optional[dict[str, Any]]) -> str:
+    """"k of n" questions where a cap dropped episodes, with the episodes dropped per route."""
+    if not fired:
+        return ""
+    routes = ", ".join(f"{r} {n}" for r, n in fired["dropped_by_route"].items())
+    return f"{fired['questions']} of {fired['of']}" + (f" ({routes})" if routes else "")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
