@@ -341,7 +341,7 @@ def test_exact_property_check_is_per_entity(gates) -> None:
 def test_design_decisions_page_names_every_switch() -> None:
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "design-decisions-retrieval.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design-decisions.md").read_text()
     assert "| Element | Paper text | Authors' code | This harness's default | Options |" in text
     for key in ("max_episodes", "cap_drop", "placeholder_values", "first_person", "dense_only_query",
                 "gates: loose", "evidence_recall_official", "evidence_recall_mean", "session_all_turns"):
