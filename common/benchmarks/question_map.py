@@ -80,8 +80,8 @@ def map_rows(rows: Sequence[SourceRow], questions: Sequence[Question], gold: Seq
              ordered: bool) -> Mapping:
     """Map ``rows`` onto the qids of ``questions`` (the whole benchmark file, in file order)."""
     by_memory: dict[str, list[Question]] = defaultdict(list)
-    for q in questions:
-        by_memory[q.memory_id].append(q)
+    for question in questions:
+        by_memory[question.memory_id].append(question)
     golds = {g.qid: g for g in gold}
     result = Mapping(qids=[None] * len(rows))
     # Group rows by (conversation, normalised text): duplicates are decided per group.
@@ -89,12 +89,12 @@ def map_rows(rows: Sequence[SourceRow], questions: Sequence[Question], gold: Seq
     for i, r in enumerate(rows):
         if r.position is not None:
             qs = by_memory.get(r.memory_id, [])
-            q = qs[r.position] if 0 <= r.position < len(qs) else None
-            if q is not None and normalise(q.question) == normalise(r.question):
-                result.qids[i] = q.qid
+            at = qs[r.position] if 0 <= r.position < len(qs) else None
+            if at is not None and normalise(at.question) == normalise(r.question):
+                result.qids[i] = at.qid
             else:
-                result.unmapped.append(Unmapped(r.where, r.question, "text_differs" if q else "no_qid",
-                                                (q.qid,) if q else ()))
+                result.unmapped.append(Unmapped(r.where, r.question, "text_differs" if at else "no_qid",
+                                                (at.qid,) if at else ()))
             continue
         groups[(r.memory_id, normalise(r.question), r.category)].append(i)
     for (memory, text, category), idx in groups.items():

@@ -405,7 +405,10 @@ def _source_record(source: Path, sha: str, fmt: str, judge: str, claim: Optional
         m = parsed.mapping
         out["mapping"] = m.summary()
         out["unmapped"] = [dataclasses.asdict(u) for u in m.unmapped]
-        out["unmapped_labels"] = {u.where: r.label for u in m.unmapped for r in parsed.rows if r.where == u.where}
+        by_where = {r.where: r for r in parsed.rows}
+        # Their labels and exclusions: the file's own number counts them (make claims recomputes it).
+        out["unmapped_labels"] = {u.where: {"label": by_where[u.where].label, "excluded": by_where[u.where].excluded}
+                                  for u in m.unmapped}
         out["category_differs"], out["gold_differs"] = m.category_differs, m.gold_differs
         out["stated"] = parsed.stated
     else:
