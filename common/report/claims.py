@@ -191,7 +191,7 @@ class Rejudge:
         self.name, self.config, self.overrides, self.errata = name, config, list(overrides), errata
         self.note = "" if enabled else "our judge: skipped (--no-rejudge)"
 
-    def _cfg(self, run_dir: Path, benchmark: str) -> Any:
+    def _cfg(self, run_dir: Path, benchmark: str, with_errata: bool) -> Any:
         base = load_config([self.config or f"configs/{benchmark}.yaml"], self.overrides)
         judge = base.models.judge
         sets = [*self.overrides, f"run.results_dir={run_dir.parent.parent}", f"run.name={run_dir.name}",
@@ -199,16 +199,16 @@ class Rejudge:
                 f"models.judge.model={base.role('judge').model}", "models.judge.temperature=0.0"]
         if judge.base_url:
             sets.append(f"models.judge.base_url={json.dumps(judge.base_url)}")
-        if benchmark == "locomo" and self.errata is not None:
+        if benchmark == "locomo" and self.errata is not None and with_errata:
             sets.append(f"data.errata={self.errata}")
         return load_config([str(run_dir / "config.resolved.yaml")], sets)
 
-    def run(self, run_dir: Path, benchmark: str) -> Optional[str]:
+    def run(self, run_dir: Path, benchmark: str, with_errata: bool) -> Optional[str]:
         """Judge the run; returns a one-line note when it could not (then every later run skips too)."""
         if self.note:
             return self.note
         try:
-            cfg = self._cfg(run_dir, benchmark)
+            cfg = self._cfg(run_dir, benchmark, with_errata)
             run = Run(cfg, progress=False)
             run_stage(run, "judge")
             with contextlib.redirect_stdout(io.StringIO()):  # its tables would bury the claims table
@@ -279,13 +279,14 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
         own["equals_import_record"] = own["accuracy"] is not None and abs(own["accuracy"] - recorded) < 1e-12
     cells["own"] = own
     cells["standard"] = _standard(benchmark, labels, judge_file)
+    # The errata load only against the whole LoCoMo file; our judge re-judges with them only then.
+    errata, why = _errata(run_dir, errata_path) if benchmark == "locomo" else (None, "")
     # Our judge first: the audited key's re-judged cell reads its corrected labels.
-    note = rejudge.run(run_dir, benchmark)
+    note = rejudge.run(run_dir, benchmark, with_errata=errata is not None)
     ours = load_labels(run_dir, rejudge.name) if rejudge.name in run_judges(run_dir) and not note else None
     if note:
         notes.append(note)
     if benchmark == "locomo":
-        errata, why = _errata(run_dir, errata_path)
         if errata is None:
             cells["audited_excluding"] = {"skipped": True, "source": f"audited key: {why}"}
             cells["audited_rejudged"] = {"skipped": True, "source": f"audited key: {why}"}
