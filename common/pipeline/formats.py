@@ -87,15 +87,24 @@ def _fail(source: Path, where: str, msg: str) -> SourceError:
     return SourceError(f"{source}: {where}: {msg}")
 
 
-def _memory(source: Path, key: str, memories: Sequence[str]) -> str:
-    """A conversation key of the file -> a benchmark memory id (a sample id, or a trailing index)."""
-    if key in memories:
-        return key
-    m = _TRAILING_INT.search(key)
-    if m is None or int(m.group(1)) >= len(memories):
-        raise _fail(source, key, f"names no conversation: expected a sample id ({memories[0]} ...) or a key "
-                                 f"ending in an index 0..{len(memories) - 1}")
-    return memories[int(m.group(1))]
+class Memories:
+    """Resolves a file's conversation key to a benchmark memory id: a memory id itself, a question
+    id (a LongMemEval item is one question), or a key ending in the conversation's index."""
+
+    def __init__(self, questions: Sequence[Question]) -> None:
+        self.ids = list(dict.fromkeys(q.memory_id for q in questions))  # file order of the benchmark
+        self.of_qid = {q.qid: q.memory_id for q in questions}
+
+    def __call__(self, source: Path, key: str) -> str:
+        if key in self.of_qid.values():
+            return key
+        if key in self.of_qid:
+            return self.of_qid[key]
+        m = _TRAILING_INT.search(key)
+        if m is None or int(m.group(1)) >= len(self.ids):
+            raise _fail(source, key, f"names no conversation: expected a sample id ({self.ids[0]} ...), a question "
+                                     f"id, or a key ending in an index 0..{len(self.ids) - 1}")
+        return self.ids[int(m.group(1))]
 
 
 def _rows_of(source: Path, doc: Any, where: str) -> list[dict[str, Any]]:
@@ -131,12 +140,12 @@ def _category(source: Path, where: str, value: Any) -> Optional[int]:
     return c
 
 
-def _zep(source: Path, doc: Any, memories: Sequence[str], benchmark: str) -> tuple[list[PublishedRow], str, dict]:
+def _zep(source: Path, doc: Any, memories: Memories, benchmark: str) -> tuple[list[PublishedRow], str, dict]:
     if not isinstance(doc, dict):
         raise SourceError(f"{source}: expected an object mapping a user key to a list of graded rows")
     out = []
     for user, rows in doc.items():
-        memory = _memory(source, str(user), memories)
+        memory = memories(source, str(user))
         for j, row in enumerate(_rows_of(source, rows, str(user))):
             where = f"{user}[{j}]"
             grade = row.get("grade", "missing")
@@ -149,12 +158,12 @@ def _zep(source: Path, doc: Any, memories: Sequence[str], benchmark: str) -> tup
     return out, "correct rows / all rows (zep_locomo_eval.py: score / 1540)", {}
 
 
-def _mem0(source: Path, doc: Any, memories: Sequence[str], benchmark: str) -> tuple[list[PublishedRow], str, dict]:
+def _mem0(source: Path, doc: Any, memories: Memories, benchmark: str) -> tuple[list[PublishedRow], str, dict]:
     if not isinstance(doc, dict):
         raise SourceError(f"{source}: expected an object mapping a conversation index to a list of rows")
     out = []
     for key, rows in doc.items():
-        memory = _memory(source, str(key), memories)
+        memory = memories(source, str(key))
         for j, row in enumerate(_rows_of(source, rows, str(key))):
             where = f"{key}[{j}]"
             score = row.get("llm_score", "missing")
@@ -167,7 +176,7 @@ def _mem0(source: Path, doc: Any, memories: Sequence[str], benchmark: str) -> tu
     return out, "mean llm_score over all rows (generate_scores.py)", {}
 
 
-def _hindsight(source: Path, doc: Any, memories: Sequence[str],
+def _hindsight(source: Path, doc: Any, memories: Memories,
                benchmark: str) -> tuple[list[PublishedRow], str, dict]:
     if not isinstance(doc, dict) or not isinstance(doc.get("item_results"), list):
         raise SourceError(f"{source}: item_results: expected a list of per-conversation results")
@@ -175,7 +184,7 @@ def _hindsight(source: Path, doc: Any, memories: Sequence[str],
     for i, item in enumerate(doc["item_results"]):
         if not isinstance(item, dict) or not isinstance(item.get("metrics"), dict):
             raise _fail(source, f"item_results[{i}].metrics", "expected an object")
-        memory = _memory(source, str(item.get("item_id")), memories)
+        memory = memories(source, str(item.get("item_id")))
         details = _rows_of(source, item["metrics"].get("detailed_results"),
                            f"item_results[{i}].metrics.detailed_results")
         for j, row in enumerate(details):
@@ -202,7 +211,7 @@ def _hindsight(source: Path, doc: Any, memories: Sequence[str],
     return out, "correct rows / rows without is_invalid, in percent (benchmark_runner.py)", stated
 
 
-READERS: dict[str, Callable[[Path, Any, Sequence[str], str], tuple[list[PublishedRow], str, dict]]] = {
+READERS: dict[str, Callable[[Path, Any, Memories, str], tuple[list[PublishedRow], str, dict]]] = {
     "zep": _zep, "mem0": _mem0, "hindsight": _hindsight}
 # Files whose rows follow the benchmark's question order (duplicates may be paired by order).
 ORDERED = {"zep": True, "mem0": True, "hindsight": False}
@@ -212,8 +221,7 @@ def parse(fmt: str, source: Path, questions: Sequence[Question], gold: Sequence[
     """Read ``source`` in format ``fmt`` and map its rows onto the WHOLE benchmark file's qids."""
     if fmt not in READERS:
         raise SourceError(f"{source}: unknown format {fmt!r}; known: {', '.join(READERS)}")
-    memories = list(dict.fromkeys(q.memory_id for q in questions))  # file order of the benchmark
-    rows, rule, stated = READERS[fmt](source, read_doc(source), memories, benchmark)
+    rows, rule, stated = READERS[fmt](source, read_doc(source), Memories(questions), benchmark)
     if not rows:
         raise SourceError(f"{source}: no rows")
     mapping = map_rows([SourceRow(r.where, r.memory_id, r.question, r.category, r.gold, r.position) for r in rows],

@@ -262,7 +262,8 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
     row: dict[str, Any] = {
         "run": run_dir.name, "run_dir": str(run_dir), "benchmark": benchmark,
         "kind": "imported" if source is not None else "harness",
-        "system": claim.system if claim else str((cfg.get("method") or {}).get("name") or DASH),
+        "system": claim.system if claim else (f"imported ({source.get('format')})" if source is not None
+                                              else str((cfg.get("method") or {}).get("name") or DASH)),
         "judge": judge, "claim": claim.to_dict() if claim else None,
         "origin": (source or {}).get("origin"),
         "file": (source or {}).get("file"), "sha256": (source or {}).get("sha256"),
