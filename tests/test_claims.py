@@ -328,3 +328,26 @@ def test_our_judge_may_not_take_the_name_of_the_published_labels(tmp_path):
     zep_fixture(tmp_path / "zep.json")
     _import(tmp_path / "zep.json", tmp_path / "results", "zep", "--format", "zep")
     assert claims_report.main(["--results", str(tmp_path / "results"), "--judge", "published", "--no-rejudge"]) == 2
+
+
+LME_ONE = REPO.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_single_e47becba.json"
+
+
+@pytest.mark.skipif(not LME_ONE.exists(), reason="the one-question LongMemEval file is not in ../shared/data")
+def test_a_hindsight_longmemeval_file_maps_items_by_question_id(tmp_path):
+    (q,) = json.loads(LME_ONE.read_text())
+    row = {"question": q["question"], "correct_answer": q["answer"], "predicted_answer": "Business Administration",
+           "category": q["question_type"], "is_correct": True, "is_invalid": False}
+    doc = {"overall_accuracy": 100.0, "total_correct": 1, "total_questions": 1, "total_invalid": 0,
+           "item_results": [{"item_id": q["question_id"], "metrics": {"detailed_results": [row]}}]}
+    (tmp_path / "longmemeval.json").write_text(json.dumps(doc))
+    assert main([str(tmp_path / "longmemeval.json"), "--format", "hindsight", "--benchmark", "longmemeval",
+                 "--run", "h", "--set", f"run.results_dir={tmp_path / 'results'}",
+                 "--set", f"data.path={LME_ONE}"]) == 0
+    run_dir = tmp_path / "results" / "longmemeval" / "h"
+    assert [r["qid"] for r in rows(run_dir / "08_judge_published.jsonl")] == [q["question_id"]]
+    table = claims_report.build(tmp_path / "results", tmp_path / "claims", rejudge=False)
+    (r,) = json.loads(table[0].read_text())["rows"]
+    assert r["system"] == "imported (hindsight)"
+    assert (r["cells"]["standard"]["n"], r["cells"]["standard"]["missing"]) == (500, 499)
+    assert r["cells"]["audited_excluding"]["skipped"] and r["cells"]["our_judge"]["skipped"]
