@@ -29,6 +29,7 @@ B ?=
 JUDGE ?=
 JUDGE_B ?=
 JSON ?=
+NO_REJUDGE ?=
 PRESET ?= s
 PILOT ?=
 
@@ -41,7 +42,8 @@ STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
-        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval
+        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval \
+        claims
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -137,6 +139,11 @@ report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeva
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval] [B=<other run>]"; exit 2)
 	$(PY) -m common.report.html --run $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(B),--b $(B)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(RESULTS),--results $(RESULTS))
+
+claims:  ## every published claim and run re-scored -> results/claims/claims.{md,csv,json} (JUDGE=our judge name, default harness; NO_REJUDGE=1; RESULTS, CONFIG, SET)
+	$(PY) -m common.report.claims $(if $(RESULTS),--results $(RESULTS)) $(if $(JUDGE),--judge $(JUDGE)) \
+		$(if $(filter-out configs/locomo.yaml,$(CONFIG)),--config $(CONFIG)) $(foreach s,$(SET),--set $(s)) \
+		$(if $(NO_REJUDGE),--no-rejudge)
 
 # The report's browser test drives Debian's chromium through its chromedriver (never a browser a tool
 # downloads); it fails, not skips, without them. Looked up when a recipe needs it, on the PATH make

@@ -22,10 +22,19 @@ Formats:
 * ``longmemeval``: the official ``eval-results`` JSONL of LongMemEval's ``evaluate_qa.py``
   (rows ``question_id, hypothesis, autoeval_label{model, label}``; several label runs may be
   given as ``autoeval_labels``, a list of such objects).
+* ``zep``, ``mem0``, ``hindsight`` (``--format``): files without question ids, read by
+  ``common.pipeline.formats``; each row is mapped to a qid by its conversation and its normalised
+  question text, and a row that maps to no question or to several is left out and listed, never
+  guessed. Their labels are judge ``published``.
+
+Every import also writes ``source.json``: the file and its sha256, the repository, path and
+commit it was read from, the ``configs/claims.yaml`` claim it backs (``--claim``), the file's own
+accuracy recomputed by its own rule from all its rows, and every unmapped row with its label.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import re
@@ -42,18 +51,16 @@ from common.core import fingerprint
 from common.core.config import ConfigError, load_config
 from common.core.io import read_json, read_jsonl, sha256_file, write_json, write_jsonl
 from common.core.schema import AnswerRow, JudgeRow, to_dict
+from common.evaluation.claims import Claim, get_claim
 from common.evaluation.repeats import majority
-from common.pipeline import stages
+from common.pipeline import formats, stages
 from common.pipeline.engine import Run, manifest, run_stage
+from common.pipeline.formats import SourceError
 from common.pipeline.graph import IDS as ID
 from common.pipeline.graph import by_name
 
 QUESTION_ID = re.compile(r"locomo_(\d+)_qa(\d+)")
 JUDGMENT = re.compile(r"judgment_(\d+)")
-
-
-class SourceError(ValueError):
-    """A source row that cannot be mapped onto the benchmark (message names the file and the row)."""
 
 
 def _sha(text: str) -> str:
@@ -190,20 +197,46 @@ def _longmemeval_rows(source: Path,
     return out
 
 
+SOURCE_FILE = "source.json"  # in the run directory: where the rows came from, the claim, unmapped rows
+
+
+def _model(stated: Optional[str]) -> Optional[str]:
+    """A model name from a registry text such as ``gpt-4o-mini (zep_locomo_eval.py, ...)``."""
+    if not stated or stated.startswith("not stated"):
+        return None
+    return stated.split(" (")[0].split(",")[0].strip() or None
+
+
 def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge: Optional[str] = None,
                answer_model: Optional[str] = None, judge_model: Optional[str] = None,
                prompts: Optional[Path] = None, config: Optional[str] = None, overrides: tuple[str, ...] = (),
                force: bool = False, reuse: bool = False, aggregate: bool = True,
-               reads_gold: Optional[bool] = None) -> Path:
+               reads_gold: Optional[bool] = None, fmt: Optional[str] = None, claim_id: Optional[str] = None,
+               origin: Optional[dict[str, Optional[str]]] = None) -> Path:
     """Write the run directory of ``source``; returns it. Runs ``09_aggregate`` on it at the end.
 
-    ``reuse``: a directory already imported from a file with the same sha256 is kept as it is (the
-    judge audit resumes in it). ``aggregate=False`` leaves 09 to the caller.
+    ``fmt``: the file's format (default ``locomo-audit`` for LoCoMo, ``longmemeval`` for
+    LongMemEval; ``zep``, ``mem0``, ``hindsight``: ``common.pipeline.formats``). ``claim_id``: the
+    ``configs/claims.yaml`` entry the file backs (its models and per-question source are the
+    defaults). ``origin``: repository, path and commit the file was read from (default: the
+    claim's). ``reuse``: a directory already imported from a file with the same sha256 is kept as
+    it is (the judge audit resumes in it). ``aggregate=False`` leaves 09 to the caller.
     """
     if not source.is_file():
         raise SourceError(f"{source}: not found")
     started = time.time()
-    if benchmark == "longmemeval":  # JSONL, whatever the name (the official one ends .eval-results-<model>)
+    fmt = fmt or ("locomo-audit" if benchmark == "locomo" else "longmemeval")
+    if fmt == "longmemeval" and benchmark != "longmemeval" or fmt == "locomo-audit" and benchmark != "locomo" \
+            or fmt in ("zep", "mem0") and benchmark != "locomo":
+        raise SourceError(f"{source}: format {fmt} is not a {benchmark} format (--benchmark)")
+    try:
+        claim = get_claim(claim_id) if claim_id else None
+    except ConfigError as exc:
+        raise SourceError(str(exc)) from None
+    if claim is not None and claim.benchmark != benchmark:
+        raise SourceError(f"claim {claim.id} is a {claim.benchmark} claim, not {benchmark}")
+    new_format = fmt in formats.NEW_FORMATS
+    if benchmark == "longmemeval" or new_format:  # read by their own readers below
         doc: dict[str, Any] = {}
     else:
         doc = read_json(source, SourceError)
@@ -212,13 +245,19 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     meta = doc.get("metadata") or {}
     if not isinstance(meta, dict):
         raise _fail(source, "metadata", "expected an object")
-    if benchmark == "longmemeval" and not judge_model:  # the official rows name their judge model
+    if benchmark == "longmemeval" and fmt == "longmemeval" and not judge_model:  # the rows name their judge
         first = next(iter(read_jsonl(source)), {})
         label = first.get("autoeval_label") or (first.get("autoeval_labels") or [None])[0]
         judge_model = label.get("model") if isinstance(label, dict) else None
+    if claim is not None:
+        answer_model = answer_model or _model(claim.answer_model)
+        judge_model = judge_model or _model(claim.judge_model)
     answer_model = answer_model or meta.get("answer_model") or "not stated"
-    judge_model = judge_model or meta.get("judge_model") or ("gpt-4o-mini" if benchmark == "locomo" else "not stated")
-    judge = judge or re.sub(r"[^A-Za-z0-9._-]+", "-", judge_model)
+    judge_model = judge_model or meta.get("judge_model") or (
+        "gpt-4o-mini" if benchmark == "locomo" and not new_format else "not stated")
+    # The published labels of the new formats are judge "published"; the older formats keep
+    # their judge model's name (runs imported before stay as they are).
+    judge = judge or ("published" if new_format else re.sub(r"[^A-Za-z0-9._-]+", "-", judge_model))
     answer_prompt = meta.get("answer_prompt")
     # The ap-baseline answers were written by the audit from the answer key (deliberately wrong).
     if reads_gold is None:
@@ -242,11 +281,30 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     # subset) are then left out and counted.
     full = adapter(benchmark).load(adapter(benchmark).data_path(cfg))
     every = [to_dict(q) for q in full.questions]
-    rows = (_locomo_audit_rows(source, doc, every, {g.qid: to_dict(g) for g in full.gold})
-            if benchmark == "locomo" else _longmemeval_rows(source, every))
+    errors: dict[str, str] = {}  # qid -> why its published row has no label
+    parsed = None
+    if new_format:
+        parsed = formats.parse(fmt, source, full.questions, full.gold, benchmark)
+        text = {q.qid: q.question for q in full.questions}
+        rows = []
+        for r, qid in zip(parsed.rows, parsed.mapping.qids):
+            if qid is None:
+                continue
+            rows.append((qid, text[qid], r.answer, [r.label]))
+            if r.label is None:
+                errors[qid] = (f"no_answer: answer_api_error: published row {r.where} is_invalid" if r.excluded
+                               else f"judge_api_error: published row {r.where} has no label")
+        if not rows:
+            raise SourceError(f"{source}: none of its {len(parsed.rows)} rows maps to a question "
+                              f"({parsed.mapping.summary()['unmapped_by_reason']})")
+    elif benchmark == "locomo":
+        rows = _locomo_audit_rows(source, doc, every, {g.qid: to_dict(g) for g in full.gold})
+    else:
+        rows = _longmemeval_rows(source, every)
     if len({len(r[3]) for r in rows}) > 1:
         raise SourceError(f"{source}: rows carry different numbers of judge labels "
                           f"({sorted({len(r[3]) for r in rows})}); every answer needs the same runs")
+    own = _own(parsed, rows)
     selected = {q.qid for q in load_selected(cfg)[1].questions}
     outside = sum(1 for r in rows if r[0] not in selected)
     rows = [r for r in rows if r[0] in selected]
@@ -259,21 +317,26 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     n_runs = len(rows[0][3])
     memory = {q["qid"]: q["memory_id"] for q in questions}
     answer_prompt_id = f"published:{answer_prompt or 'not stated'}"
-    judge_prompt_id = "published:llm_judge" if benchmark == "locomo" else "published:official"
+    judge_prompt_id = ("published:llm_judge" if benchmark == "locomo" and not new_format
+                       else f"published:{fmt}" if new_format else "published:official")
     answers = [AnswerRow(qid=qid, memory_id=memory[qid], question=q, answer=a, model=answer_model,
-                         prompt_id=answer_prompt_id, error="" if a else "empty_answer: published answer is empty")
+                         prompt_id=answer_prompt_id,
+                         error=errors.get(qid, "").removeprefix("no_answer: ") if qid in errors and a is None
+                         else "" if a else "empty_answer: published answer is empty")
                for qid, q, a, _ in rows]
     judged = [JudgeRow(qid=qid, judge=judge, judge_model=judge_model, prompt_id=judge_prompt_id,
-                       label=labels[0] if len(labels) == 1 else majority(labels), parse_ok=True,
-                       labels=labels if len(labels) > 1 else [])
+                       label=labels[0] if len(labels) == 1 else majority(labels), parse_ok=qid not in errors,
+                       labels=labels if len(labels) > 1 else [], error=errors.get(qid, ""))
               for qid, _, _, labels in rows]
     # One stage order for answers and labels: the benchmark's question order.
     order = {q["qid"]: i for i, q in enumerate(questions)}
     answers.sort(key=lambda r: order[r.qid])
     judged.sort(key=lambda r: order[r.qid])
     source_sha = sha256_file(source)
-    prompt_info = published_prompts(source, prompts, answer_prompt)
-    fmt = "locomo-audit" if benchmark == "locomo" else "longmemeval-eval-results"
+    prompt_info = published_prompts(source, prompts, answer_prompt) if not new_format else {
+        "file": None, "note": f"the {fmt} file names no prompts; see its claim's judge_prompt"}
+    if not new_format:
+        fmt = "locomo-audit" if benchmark == "locomo" else "longmemeval-eval-results"
     published: dict[str, Any] = {"file": str(source), "sha256": source_sha, "format": fmt,
                                  "answer_model": answer_model, "judge_model": judge_model,
                                  "judge_runs": n_runs, "prompts": prompt_info,
@@ -288,6 +351,8 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     if n_runs:
         stored[f"judge:{judge}"] = {"id": fingerprint.short(judge_components), "components": judge_components}
     write_json(run.dir / fingerprint.FILE, stored)
+    write_json(run.dir / SOURCE_FILE, _source_record(source, source_sha, fmt, judge, claim, origin, parsed, own,
+                                                     outside))
     write_jsonl(run.path("answers"), (to_dict(a) for a in answers))
     manifest(run, ID["answer"], inputs=[source], outputs=[run.path("answers")], rows=len(answers), started=started,
              extra={"imported_from": str(source), "source_sha256": source_sha, "reads_gold": reads_gold,
@@ -297,11 +362,60 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         manifest(run, by_name("judge").instance(judge), inputs=[source], outputs=[run.judge_path(judge)],
                  rows=len(judged), started=started, extra={"imported_from": str(source),
                                                            "source_sha256": source_sha, "judge_runs": n_runs})
+    unmapped = len(parsed.mapping.unmapped) if parsed else 0
     print(f"import: {len(rows)} answers, {n_runs} judge label(s) each, from {source} -> {run.dir}"
-          + (f" ({outside} rows outside the selected questions left out)" if outside else ""), flush=True)
+          + (f" ({outside} rows outside the selected questions left out)" if outside else "")
+          + (f"; {unmapped} rows map to no single question (listed in {SOURCE_FILE})" if unmapped else ""),
+          flush=True)
+    if own.get("accuracy") is not None:
+        print(f"import: the file's own accuracy {100 * own['accuracy']:.2f}% ({own['rule']})", flush=True)
     if aggregate:
         run_stage(run, "aggregate")
     return run.dir
+
+
+def _own(parsed: Optional[formats.Parsed], rows: list[tuple[str, str, Optional[str], list[Optional[int]]]]
+         ) -> dict[str, Any]:
+    """The number the file's own code prints, recomputed from ALL its rows (before any selection)."""
+    if parsed is not None:
+        return parsed.own_accuracy()
+    n_runs = len(rows[0][3]) if rows else 0
+    if not n_runs:
+        return {"accuracy": None, "rule": "no published labels"}
+    per_run = [sum(1 for r in rows if r[3][i] == 1) for i in range(n_runs)]
+    n = len(rows)
+    return {"k_per_run": per_run, "n": n, "accuracy": sum(k / n for k in per_run) / n_runs, "rows": n,
+            "excluded": 0, "rule": "mean over judge runs of correct rows / all rows" if n_runs > 1
+            else "correct rows / all rows"}
+
+
+def _source_record(source: Path, sha: str, fmt: str, judge: str, claim: Optional[Claim],
+                   origin: Optional[dict[str, Optional[str]]], parsed: Optional[formats.Parsed],
+                   own: dict[str, Any], outside: int) -> dict[str, Any]:
+    """``source.json``: where the rows came from, the claim they back, and every row not mapped."""
+    stated = claim.per_question if claim is not None else None
+    where = {k: (origin or {}).get(k) or (getattr(stated, k) if stated is not None else None) or "not stated"
+             for k in ("repository", "path", "commit")}
+    out: dict[str, Any] = {"file": str(source), "sha256": sha, "format": fmt, "judge": judge, "origin": where,
+                           "claim": claim.to_dict() if claim is not None else None, "own_accuracy": own,
+                           "rows_outside_selection": outside}
+    if stated is not None and stated.sha256 and stated.sha256 != sha:
+        out["sha256_differs_from_claim"] = stated.sha256
+    if parsed is not None:
+        m = parsed.mapping
+        out["mapping"] = m.summary()
+        out["unmapped"] = [dataclasses.asdict(u) for u in m.unmapped]
+        by_where = {r.where: r for r in parsed.rows}
+        # Their labels and exclusions: the file's own number counts them (make claims recomputes it).
+        out["unmapped_labels"] = {u.where: {"label": by_where[u.where].label, "excluded": by_where[u.where].excluded}
+                                  for u in m.unmapped}
+        out["category_differs"], out["gold_differs"] = m.category_differs, m.gold_differs
+        out["stated"] = parsed.stated
+    else:
+        out["mapping"] = {"rows": own.get("rows"), "mapped": own.get("rows"), "unmapped": 0,
+                          "note": "every row names its question id"}
+        out["unmapped"] = []
+    return out
 
 
 def fingerprint_dataset(run: Run) -> str:
@@ -314,7 +428,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m common.import_run", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("file", type=Path, help="the published per-question result file")
     p.add_argument("--run", required=True, help="run name: results/<benchmark>/<run>/")
-    p.add_argument("--benchmark", choices=("locomo", "longmemeval"), default="locomo")
+    p.add_argument("--format", dest="fmt", choices=("locomo-audit", "longmemeval", *formats.NEW_FORMATS),
+                   default=None, help="the file's format (default: locomo-audit, or longmemeval with "
+                                      "--benchmark longmemeval)")
+    p.add_argument("--benchmark", choices=("locomo", "longmemeval"), default=None,
+                   help="default locomo (longmemeval for --format longmemeval)")
+    p.add_argument("--claim", default=None, help="the configs/claims.yaml entry this file backs")
+    p.add_argument("--repository", default=None, help="owner/name the file was read from (default: the claim's)")
+    p.add_argument("--path", dest="repo_path", default=None, help="its path in that repository")
+    p.add_argument("--commit", default=None, help="the commit it was read at")
     p.add_argument("--judge", default=None, help="judge name (file suffix); default: the published judge model")
     p.add_argument("--answer-model", default=None, help="when the file's metadata does not name it")
     p.add_argument("--judge-model", default=None, help="when the file's metadata does not name it")
@@ -325,9 +447,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--force", action="store_true", help="import over an existing run directory")
     a = p.parse_args(argv)
     try:
-        import_run(a.file, a.run, benchmark=a.benchmark, judge=a.judge, answer_model=a.answer_model,
+        benchmark = a.benchmark or ("longmemeval" if a.fmt == "longmemeval" else "locomo")
+        import_run(a.file, a.run, benchmark=benchmark, judge=a.judge, answer_model=a.answer_model,
                    judge_model=a.judge_model, prompts=a.prompts, config=a.config, overrides=tuple(a.set),
-                   force=a.force)
+                   force=a.force, fmt=a.fmt, claim_id=a.claim,
+                   origin={"repository": a.repository, "path": a.repo_path, "commit": a.commit})
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

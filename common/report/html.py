@@ -36,6 +36,7 @@ from common.core.schema import Gold, from_dict
 from common.evaluation.labels import load_labels, run_benchmark, run_judges
 from common.evaluation.loss import CLASSES, as_row, decompose, question_losses
 from common.evaluation.metrics import locomo_f1
+from common.pipeline.importer import SOURCE_FILE
 from common.report.compare import _pick_judge, compare_runs
 
 Corrected = Mapping[str, Sequence[str]]  # qid -> corrected evidence dia ids (errata)
@@ -317,6 +318,7 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
     loss = decompose(run_dir, [chosen], corrected)["judges"][chosen] if chosen else {}
     diff = _diff(run_dir, chosen, Path(other), judge_b) if other else None
     judge_block = metrics.get("judges", {}).get(chosen, {})
+    source = _json(run_dir / SOURCE_FILE)  # an imported run: the file, its claim, its unmapped rows
     page = {
         "run": metrics.get("run") or run_dir.name, "run_dir": str(run_dir), "benchmark": benchmark,
         "judge": chosen, "judges": judges, "judge_model": judge_block.get("judge_model"),
@@ -330,7 +332,7 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
     blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
     text = env.get_template(TEMPLATE).render(
         page=page, metrics=metrics, cells=_accuracy_cells(metrics, chosen, benchmark), judge_block=judge_block,
-        loss=loss, chart=_chart(loss), diff=diff, data_json=blob, n_questions=len(data["questions"]),
+        loss=loss, chart=_chart(loss), diff=diff, data_json=blob, n_questions=len(data["questions"]), source=source,
         fmt_pct=lambda x: "n/a" if x is None else f"{100 * x:.1f}", esc=html.escape)
     target = Path(out) if out else run_dir / "report" / "index.html"
     target.parent.mkdir(parents=True, exist_ok=True)
