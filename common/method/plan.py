@@ -117,7 +117,9 @@ def _anchor(raw: Any, where: str, validation: str = "schema") -> Anchor:
         entity_type=etype if etype in ENTITY_TYPES else ("other" if etype else ""),
         property=normprop(_first(raw, names["property"])),
         value=_str(_first(raw, names["value"])), condition_property=cond,
-        condition_value=_str(raw.get("condition_value")) if cond else "",
+        # schema: a value without a known condition is dropped; code: kept, so that validation
+        # rejects the half-filled condition as the authors' does.
+        condition_value=_str(raw.get("condition_value")) if cond or validation == "code" else "",
     )
     if validation == "code" and _str(raw.get("condition_property")) and not cond:
         raise PlanError(f"{where}.anchor: condition_property {_str(raw.get('condition_property'))!r} is not "

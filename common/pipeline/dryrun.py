@@ -22,7 +22,7 @@ from typing import Any, Optional
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
 from common.core import artifacts, prompts
-from common.core.config import ONLINE_ROLES, ROLES, Config, ConfigError, load_config
+from common.core.config import ONLINE_ROLES, ROLE_PARENT, ROLES, Config, ConfigError, load_config
 from common.core.io import read_jsonl
 from common.core.tokens import count_tokens
 from common.evaluation import audited
@@ -249,6 +249,7 @@ def format_estimate(est: dict[str, Any]) -> str:
         b = s.get("cost_batch_usd")
         busd = ("unpriced" if s["cost_usd"] is None else "online") if b is None else f"{b:.2f}"
         mark = " (batch)" if s.get("batch") else ""
+        mark += f" [{s['role']}]" if s["role"] in ROLE_PARENT else ""  # a stage's call for another role
         lines.append(f"| {s['stage']}{mark} | {s['model']} | {s['calls']} | {s['already_done']} | {s['to_make']} | "
                      f"{s['prompt_tokens']:,} | {s['completion_tokens']:,} | {usd} | {busd} | {s['basis']} |")
     t = est["total"]
