@@ -367,7 +367,8 @@ def test_ledger_gives_each_call_role_its_own_row(tmp_path):
         c = {"model": "m", "usage": {"prompt_tokens": 10, "completion_tokens": 1}, "latency": 1.0, "cached": cached}
         return {**c, "role": role} if role else c
 
-    _rows = [{"qid": "a", "answer": "x", "error": "", "llm_calls": [call("answer_rerank"), call(), call("answer_verify")]},
+    three = [call("answer_rerank"), call(), call("answer_verify")]
+    _rows = [{"qid": "a", "answer": "x", "error": "", "llm_calls": three},
              {"qid": "b", "answer": "y", "error": "", "llm_calls": [call()],
               "steps": {"rerank": {"error": "http_500: boom"}, "verify": {"error": "invalid_reply: no answer"}}},
              {"qid": "c", "answer": None, "error": "timeout: t", "cache_key": "k", "usage": {}, "latency": 2.0}]

@@ -114,7 +114,7 @@ def answer_messages(question: Question, plan: Plan | None, retrieval: RetrievalR
 def split_buffer(buffer_text: str, episode_ids: list[str]) -> Optional[list[tuple[str, str]]]:
     """The buffer's episode blocks ``(episode id, block)`` in buffer order, or None when the buffer
     is not a sequence of episode blocks for exactly these ids (then nothing is reranked)."""
-    starts = []
+    starts: list[int] = []
     pos = 0
     for eid in episode_ids:
         at = buffer_text.find(f"### Episode {eid} |", pos)
