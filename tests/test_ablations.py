@@ -35,7 +35,8 @@ def test_experiments_file_names_every_paper_ablation():
     exp = experiments.load()
     names = {v.name for v in exp.variants}
     assert {"base", "episodes_turn", "episodes_session", "property_fine", "property_broad_plus",
-            "property_very_broad", "dense_only"} <= names
+            "property_very_broad", "dense_only", "prompts_code_rules", "plan_validation_code", "plan_audit",
+            "answer_rerank", "answer_verify"} <= names
     assert [exp.variant(f"fixed_k{k}").set["retrieve.fixed_k"] for k in (1, 3, 5, 8, 15, 20)] == [1, 3, 5, 8, 15, 20]
     assert {b.name for b in exp.baselines} == {"full_context", "rag_turns", "no_memory", "oracle"}
     assert "upper bound" in exp.baseline("oracle").label
@@ -110,7 +111,9 @@ def test_make_ablations_runs_every_variant_reusing_cached_work(tmp_path, fake_se
     assert counts["partition"] == n_sessions
     episodes = {v: sum(len(r["episodes"]) for r in rows(root / f"ablation_tiny_{v}" / "02_episodes.jsonl"))
                 for v in ("base", "episodes_turn", "episodes_session")}
-    assert counts["extract"] == 4 * episodes["base"] + episodes["episodes_turn"] + episodes["episodes_session"]
+    # Theme episodes are extracted once per distinct extraction prompt: the four granularities and the
+    # code_rules set's checklist (prompts_code_rules); the other variants reuse base's records.
+    assert counts["extract"] == 5 * episodes["base"] + episodes["episodes_turn"] + episodes["episodes_session"]
     # A rerun pays for nothing.
     paid = fake_server.request_count
     again = subprocess.run(cmd, cwd=REPO, env=_env(fake_server), capture_output=True, text=True, timeout=900)

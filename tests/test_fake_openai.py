@@ -129,15 +129,18 @@ def test_kind_lookup_by_prompt_id():
 
 
 def test_prompt_id_table_matches_the_prompt_files():
-    """Every id in the table is a template in common/prompts/, and every template the harness
-    sends as a call's id (user templates and judge templates) is in the table."""
+    """Every id in the table is a template in common/prompts/ (a prompt set's files by their dotted
+    id), and every template the harness sends as a call's id (user templates and judge templates)
+    is in the table."""
     files = {p.stem for p in PROMPT_DIR.glob("*.txt")}
+    files |= {f"{p.parent.name}.{p.stem}" for p in PROMPT_DIR.glob("*/*.txt")}
     assert set(PROMPT_KINDS) - OUTSIDE_PROMPTS <= files
     sent = {f for f in files if f.endswith("_user") or f.startswith("judge_")}
     assert sent == set(PROMPT_KINDS) - OUTSIDE_PROMPTS
     assert set(PROMPT_KINDS.values()) == CHAT_KINDS
     assert {"partition", "partition_repair", "extract", "extract_repair", "plan", "plan_repair", "bridge",
-            "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction", "doctor"} == CHAT_KINDS
+            "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction", "doctor",
+            "plan_audit", "answer_rerank", "answer_verify"} == CHAT_KINDS
     # The outside prompts are only mem0's own extraction prompt, under the id common.systems.mem0 sends.
     assert OUTSIDE_PROMPTS == {"mem0_extraction"}
     assert 'prompt_id="mem0_extraction"' in (REPO / "common" / "systems" / "mem0.py").read_text()

@@ -22,7 +22,12 @@ import yaml
 from common.core.endpoints import parse_endpoints
 from common.core.llm import RoleSettings
 
-ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge", "memory")
+ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge", "memory",
+         "plan_audit", "answer_rerank", "answer_verify")
+# The extra calls of the authors' planner and LongMemEval answer step (plan.audit, answer.rerank,
+# answer.verify) have roles of their own, so the ledger and the dry run count them apart; their
+# unset settings come from the role they assist, then from models.default.
+ROLE_PARENT = {"plan_audit": "plan", "answer_rerank": "answer", "answer_verify": "answer"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -62,6 +67,18 @@ class ModelsConfig:
     judge: RoleConfig = field(default_factory=lambda: RoleConfig(model="gpt-4o-mini-2024-07-18"))
     # An outside memory system's own LLM calls (mem0's fact extraction), through the harness client.
     memory: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=4096))
+    # The authors' max_tokens for these calls: audit 4096 (from plan), rerank 1400, verify 1400.
+    plan_audit: RoleConfig = field(default_factory=RoleConfig)
+    answer_rerank: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1400))
+    answer_verify: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1400))
+
+
+@dataclass(frozen=True)
+class PromptsConfig:
+    # paper: the prompts printed in the paper's Appendix E (common/prompts/*.txt).
+    # code_rules: the rules of the authors' code prompts (planner rules, extraction checklist,
+    # answer safeguards), written for this harness (common/prompts/code_rules/, SOURCES.md).
+    set: Literal["paper", "code_rules"] = "paper"
 
 
 @dataclass(frozen=True)
@@ -83,7 +100,7 @@ class DataConfig:
 # Roles never sent as a batch: plan, bridge and answer are timed as the paper's online cost (Table 3);
 # memory is a memory system's own ingestion (common.systems), whose calls depend on each other in order
 # and are made outside LLMClient.map, where batching happens.
-ONLINE_ROLES = ("plan", "bridge", "answer", "memory")
+ONLINE_ROLES = ("plan", "bridge", "answer", "memory", "plan_audit", "answer_rerank", "answer_verify")
 
 
 @dataclass(frozen=True)
@@ -159,6 +176,17 @@ class PlanConfig:
     # 135M model uses 40). The plan row records how many were left out.
     vocabulary_max: Optional[int] = None
     vocabulary_tokens: int = 50000
+    # schema: the checks the harness always made (hops, anchors with entity and property,
+    # dependencies on earlier hops). code: also the authors' normalize/validate_query_plan
+    # (reference_notes 3.4): field aliases, required_properties cleaned or made from the hops,
+    # and a plan is invalid (repair call) when an anchor property has more than two parts, a
+    # condition is half filled, a concept hop depends on world knowledge, or a counterfactual
+    # plan lacks its three roles.
+    validation: Literal["schema", "code"] = "schema"
+    # The authors' audit call (role plan_audit): a valid plan is shown to a conservative auditor
+    # that returns it unchanged or corrected; an audited plan that fails validation, or any failed
+    # call, keeps the pre-audit plan.
+    audit: bool = False
 
 
 @dataclass(frozen=True)
@@ -271,6 +299,14 @@ class AnswerConfig:
     # harness: the common answer prompt of every system without a plan (one protocol);
     # mem0: mem0's own LoCoMo answer prompt, to show how much the prompt alone moves a number.
     prompt: Literal["harness", "mem0"] = "harness"
+    # The generic parts of the authors' LongMemEval answer step, never routed on a label:
+    # rerank: one call (role answer_rerank) picks up to rerank_max buffer episodes that fill the
+    # question's evidence slots; the answer call then reads only those. verify: the answer is a
+    # draft that an independent call (role answer_verify) checks against the same episodes and
+    # keeps or rewrites.
+    rerank: bool = False
+    rerank_max: int = 20
+    verify: bool = False
 
 
 @dataclass(frozen=True)
@@ -306,6 +342,7 @@ class Config:
     extract: ExtractConfig = field(default_factory=ExtractConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
@@ -321,16 +358,20 @@ class Config:
 
     def role(self, role: str) -> RoleSettings:
         """Merge ``models.default`` with ``models.<role>`` into resolved settings."""
-        base, own = self.models.default, getattr(self.models, role)
-        merged = {
-            f.name: getattr(own, f.name) if getattr(own, f.name) is not None else getattr(base, f.name)
-            for f in dataclasses.fields(RoleConfig)
-        }
+        owners = [role] + ([ROLE_PARENT[role]] if role in ROLE_PARENT else [])
+        chain = [getattr(self.models, r) for r in owners]
+        base = self.models.default
+
+        def pick(name: str) -> Any:
+            return next((getattr(c, name) for c in chain if getattr(c, name) is not None), getattr(base, name))
+
+        merged = {f.name: pick(f.name) for f in dataclasses.fields(RoleConfig)}
         if not merged["model"]:
             raise ConfigError(f"models.{role}.model: no model configured")
         base_url = merged["base_url"]
         if isinstance(base_url, list):
-            where = f"models.{role if own.base_url is not None else 'default'}.base_url"
+            owner = next((r for r, c in zip(owners, chain) if c.base_url is not None), "default")
+            where = f"models.{owner}.base_url"
             try:
                 base_url = parse_endpoints(base_url, where)
             except ValueError as exc:
@@ -528,6 +569,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm.batch_max_requests: must be >= 1")
     if cfg.judge.runs < 1:
         raise ConfigError("judge.runs: must be >= 1")
+    if cfg.answer.rerank_max < 1:
+        raise ConfigError("answer.rerank_max: must be >= 1")
     for role in ROLES:
         cfg.role(role)
     cfg.llm.batch_roles(ROLES)

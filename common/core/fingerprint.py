@@ -33,7 +33,18 @@ from common.core.prompts import PROMPT_DIR
 # structured gates, placeholder values, first-person anchors, per-hop dense_only).
 PROTOCOL_VERSION = "2026.12.2"
 
-METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "plan", "retrieve", "method", "answer")
+METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "prompts", "plan", "retrieve", "method", "answer")
+# Settings added after runs were made, left out while they keep their default so those runs keep
+# their fingerprint (a changed value counts, like any other setting).
+LATER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "embedding": {"runtime": "torch"},
+    "prompts": {"set": "paper"},
+    "plan": {"validation": "schema", "audit": False},
+    "answer": {"rerank": False, "rerank_max": 20, "verify": False},
+}
+# The roles of those switches, fingerprinted only when their switch is on.
+SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),
+                  "answer_verify": ("answer", "verify")}
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
 FILE = "fingerprint.json"
 
@@ -62,23 +73,37 @@ def _prompt_hashes(judge: bool) -> dict[str, str]:
     return out
 
 
+def _set_prompt_hashes(cfg: Config) -> dict[str, str]:
+    """The prompt-set files (``common/prompts/<set>/``), only for a run that uses one of them: the
+    set itself, or a switch whose prompts live there (plan.audit, answer.rerank, answer.verify)."""
+    used = cfg.prompts.set != "paper" or any(getattr(getattr(cfg, s), f) for s, f in SWITCHED_ROLES.values())
+    if not used:
+        return {}
+    return {f"{p.parent.name}.{p.stem}": hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in sorted(PROMPT_DIR.glob("*/*.txt"))}
+
+
 def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
     return {
         "protocol_version": PROTOCOL_VERSION,
         "benchmark": cfg.benchmark,
         "dataset_sha256": dataset_sha256,
-        "prompts": _prompt_hashes(judge=False),
-        "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer", "memory")},
-        "method": {s: _method_section(cfg, s) for s in METHOD_SECTIONS},
+        "prompts": {**_prompt_hashes(judge=False), **_set_prompt_hashes(cfg)},
+        "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer", "memory",
+                                              *SWITCHED_ROLES)
+                  if r not in SWITCHED_ROLES or getattr(getattr(cfg, SWITCHED_ROLES[r][0]), SWITCHED_ROLES[r][1])},
+        # A section added later (prompts) is left out while it holds only defaults.
+        "method": {s: sec for s in METHOD_SECTIONS if (sec := _method_section(cfg, s)) or s != "prompts"},
     }
 
 
 def _method_section(cfg: Config, section: str) -> dict[str, Any]:
     out = _clean(dataclasses.asdict(getattr(cfg, section)))
-    # embedding.runtime came later: its default (torch) is left out so that runs made before it
-    # keep their fingerprint; onnx vectors differ in the last digits, so it counts when set.
-    if section == "embedding" and out.get("runtime") == "torch":
-        del out["runtime"]
+    # e.g. embedding.runtime: its default (torch) is left out so that runs made before it keep
+    # their fingerprint; onnx vectors differ in the last digits, so it counts when set.
+    for name, default in LATER_DEFAULTS.get(section, {}).items():
+        if out.get(name) == default:
+            del out[name]
     return out
 
 

@@ -2,6 +2,10 @@
 
 Templates contain literal JSON braces, so substitution replaces only the ``{name}`` slots it is
 given instead of using ``str.format``.
+
+A prompt SET (config ``prompts.set``) is a folder ``common/prompts/<set>/`` holding the templates
+it replaces; its ids are dotted, ``code_rules.plan_user`` = ``common/prompts/code_rules/plan_user.txt``.
+``pick`` gives the set's template where it has one, else the paper's (``paper`` is the top folder).
 """
 from __future__ import annotations
 
@@ -12,9 +16,24 @@ from pathlib import Path
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts"
 
 
+PAPER = "paper"
+
+
+def _path(prompt_id: str) -> Path:
+    folder, _, stem = prompt_id.rpartition(".")
+    return PROMPT_DIR / folder / f"{stem}.txt" if folder else PROMPT_DIR / f"{stem}.txt"
+
+
+def pick(name: str, prompt_set: str = PAPER) -> str:
+    """The id of template ``name`` in ``prompt_set``: the set's own file if it has one, else the paper's."""
+    if prompt_set != PAPER and _path(f"{prompt_set}.{name}").exists():
+        return f"{prompt_set}.{name}"
+    return name
+
+
 @functools.lru_cache(maxsize=None)
 def load(prompt_id: str) -> str:
-    path = PROMPT_DIR / f"{prompt_id}.txt"
+    path = _path(prompt_id)
     if not path.exists():
         raise FileNotFoundError(f"unknown prompt id '{prompt_id}' (no {path})")
     text = path.read_text(encoding="utf-8")

@@ -22,9 +22,15 @@ T = TypeVar("T", bound=_Dataclass)
 
 
 def to_dict(obj: Any) -> Any:
-    """Recursively convert dataclasses into plain JSON-able dicts."""
+    """Recursively convert dataclasses into plain JSON-able dicts.
+
+    Fields a row class lists in ``OMIT_EMPTY`` are left out while empty: they were added for an
+    optional switch, and rows made without it stay byte-identical to those made before it.
+    """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        omit = getattr(obj, "OMIT_EMPTY", ())
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if not (f.name in omit and not getattr(obj, f.name))}
     if isinstance(obj, (list, tuple)):
         return [to_dict(x) for x in obj]
     if isinstance(obj, dict):
@@ -235,6 +241,9 @@ class PlanRow:
     error: str = ""
     llm_calls: list[dict[str, Any]] = field(default_factory=list)
     input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)
+    # plan.audit: {"outcome": "unchanged" | "corrected" | "kept_pre_audit", "error": ...}
+    audit: dict[str, Any] = field(default_factory=dict)
+    OMIT_EMPTY: ClassVar[tuple[str, ...]] = ("audit",)
 
 
 # --------------------------------------------------------------------------- 06 retrieve
@@ -303,6 +312,13 @@ class AnswerRow:
     error: str = ""
     cached: bool = False  # served from the LLM cache (not paid in this run)
     input_digest: str = ""  # hash of the upstream row it was computed from (stale rows are redone)
+    # answer.rerank / answer.verify: every call of the row (each with its role; the ledger reads
+    # these instead of the single-call fields, and ``latency`` is their sum), the draft the verify
+    # call checked, and what each step did.
+    llm_calls: list[dict[str, Any]] = field(default_factory=list)
+    draft: Optional[str] = None
+    steps: dict[str, Any] = field(default_factory=dict)
+    OMIT_EMPTY: ClassVar[tuple[str, ...]] = ("llm_calls", "draft", "steps")
 
 
 # --------------------------------------------------------------------------- 08 judge

@@ -1,14 +1,52 @@
-"""Stage 07: answer from the evidence buffer (paper eq. 6, Appendix E.2)."""
+"""Stage 07: answer from the evidence buffer (paper eq. 6, Appendix E.2).
+
+Two optional steps from the authors' LongMemEval answer step, generic parts only (no routing on a
+question's type or label): ``answer.rerank`` first lets one call (role ``answer_rerank``) pick the
+buffer episodes that fill the question's evidence slots, and the answer reads only those;
+``answer.verify`` treats the answer as a draft that one independent call (role ``answer_verify``)
+keeps or rewrites. Any failure of either step keeps what was there before it, recorded in ``steps``.
+"""
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from common.core import prompts
-from common.core.llm import LLMCallError, LLMClient
+from common.core.llm import Completion, LLMCallError, LLMClient, parse_json_object
 from common.core.schema import AnswerRow, Plan, Question, RetrievalRow
 from common.method.plan import compact_plan
 
 PROMPT_IDS = ("answer_system", "answer_user")
+RERANK_PROMPT_IDS = ("code_rules.answer_rerank_system", "code_rules.answer_rerank_user")
+VERIFY_PROMPT_IDS = ("code_rules.answer_verify_system", "code_rules.answer_verify_user")
+# Fewest episodes a rerank keeps for a point plan (the authors pad to 2 outside their aggregate
+# operators); an all_matching plan is padded up to the limit, as they do not minimize aggregates.
+RERANK_MIN_POINT = 2
+
+
+@dataclass(frozen=True)
+class AnswerSteps:
+    """``answer.*`` switches of one run."""
+
+    prompt_set: str = prompts.PAPER
+    rerank: bool = False
+    rerank_max: int = 20
+    verify: bool = False
+    style: str = "harness"
+
+
+@dataclass
+class _Calls:
+    """The calls of one answer row, in order, each recorded with its role."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
+
+    def add(self, c: Completion, prompt_id: str, role: str) -> None:
+        self.records.append({**c.record(prompt_id), "role": role})
+        self.completions.append(c)
 
 
 def _prompt_id(family: str) -> str:
@@ -46,8 +84,13 @@ def mem0_messages(question: Question, retrieval: RetrievalRow) -> list[dict[str,
     return [{"role": "system", "content": prompts.fill("answer_mem0_user", **slots)}]
 
 
+def _date_line(question: Question) -> str:
+    return f"Question date: {question.question_date}\n" if question.question_date else ""
+
+
 def answer_messages(question: Question, plan: Plan | None, retrieval: RetrievalRow,
-                    style: str = "harness") -> list[dict[str, str]]:
+                    style: str = "harness", prompt_set: str = prompts.PAPER,
+                    episodes: Optional[str] = None) -> list[dict[str, str]]:
     date = question.question_date or "unknown"
     pid = prompt_family(plan, retrieval, style)
     if pid == "answer_mem0":
@@ -59,29 +102,154 @@ def answer_messages(question: Question, plan: Plan | None, retrieval: RetrievalR
         return [{"role": "system", "content": prompts.load(f"{pid}_system")}, {"role": "user", "content": user}]
     # The date line appears only for a question asked on a date (LongMemEval), as in the authors'
     # LongMemEval answer step; their LoCoMo answer prompt has none (common/prompts/SOURCES.md).
-    date_line = f"Question date: {question.question_date}\n" if question.question_date else ""
+    text = retrieval.buffer_text if episodes is None else episodes
     user = prompts.fill(
-        "answer_user", question_date_line=date_line, question=question.question,
-        plan=compact_plan(plan, retrieval.bridges), episodes=retrieval.buffer_text or "(no episodes retrieved)",
+        prompts.pick("answer_user", prompt_set), question_date_line=_date_line(question), question=question.question,
+        plan=compact_plan(plan, retrieval.bridges), episodes=text or "(no episodes retrieved)",
     )
-    return [{"role": "system", "content": prompts.load("answer_system")}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": prompts.load(prompts.pick("answer_system", prompt_set))},
+            {"role": "user", "content": user}]
+
+
+def split_buffer(buffer_text: str, episode_ids: list[str]) -> Optional[list[tuple[str, str]]]:
+    """The buffer's episode blocks ``(episode id, block)`` in buffer order, or None when the buffer
+    is not a sequence of episode blocks for exactly these ids (then nothing is reranked)."""
+    starts: list[int] = []
+    pos = 0
+    for eid in episode_ids:
+        at = buffer_text.find(f"### Episode {eid} |", pos)
+        if at < 0 or (not starts and at != 0):
+            return None
+        starts.append(at)
+        pos = at + 1
+    ends = starts[1:] + [len(buffer_text)]
+    return [(eid, buffer_text[a:b].rstrip("\n")) for eid, a, b in zip(episode_ids, starts, ends)]
+
+
+def rerank_messages(question: Question, plan: Plan, retrieval: RetrievalRow, blocks: list[tuple[str, str]],
+                    limit: int) -> list[dict[str, str]]:
+    user = prompts.fill(RERANK_PROMPT_IDS[1], question_date_line=_date_line(question), question=question.question,
+                        plan=compact_plan(plan, retrieval.bridges), limit=limit,
+                        candidates="\n\n".join(b for _, b in blocks))
+    return [{"role": "system", "content": prompts.load(RERANK_PROMPT_IDS[0])}, {"role": "user", "content": user}]
+
+
+def rerank_selection(reply: dict[str, Any], ranked: list[str], limit: int, scope: str) -> tuple[list[str], int]:
+    """The authors' selection: ids of the evidence slots, then the listed ids, only candidates,
+    at most ``limit``; padded from the ranked order (to ``limit`` for an all_matching plan, else to
+    ``RERANK_MIN_POINT``). Returns the ids in buffer order and how many were padded."""
+    wanted: list[str] = []
+    slots = reply.get("evidence_slots")
+    for slot in slots if isinstance(slots, list) else []:
+        ids = slot.get("episode_ids") if isinstance(slot, dict) else None
+        wanted += [str(i) for i in ids] if isinstance(ids, list) else []
+    listed = reply.get("selected_episode_ids")
+    wanted += [str(i) for i in listed] if isinstance(listed, list) else []
+    known = set(ranked)
+    chosen = list(dict.fromkeys(i for i in wanted if i in known))[:limit]
+    floor = min(len(ranked), limit if scope == "all_matching" else RERANK_MIN_POINT)
+    padded = 0
+    for eid in ranked:
+        if len(chosen) >= floor:
+            break
+        if eid not in chosen:
+            chosen.append(eid)
+            padded += 1
+    keep = set(chosen)
+    return [e for e in ranked if e in keep], padded
+
+
+def verify_messages(question: Question, episodes: str, draft: str) -> list[dict[str, str]]:
+    user = prompts.fill(VERIFY_PROMPT_IDS[1], question_date_line=_date_line(question), question=question.question,
+                        draft=draft, episodes=episodes or "(no episodes retrieved)")
+    return [{"role": "system", "content": prompts.load(VERIFY_PROMPT_IDS[0])}, {"role": "user", "content": user}]
+
+
+_EVIDENCE_TAIL = re.compile(r"\s*Evidence episode ids:.*$", re.I | re.S)
+
+
+def _rerank(client: LLMClient, question: Question, plan: Plan, retrieval: RetrievalRow, steps: AnswerSteps,
+            calls: _Calls) -> tuple[Optional[str], dict[str, Any]]:
+    """(the reranked buffer or None to keep the whole buffer, what happened)."""
+    blocks = split_buffer(retrieval.buffer_text, retrieval.episode_ids)
+    if not blocks:
+        return None, {"skipped": "no episode blocks in the buffer"}
+    limit = min(steps.rerank_max, len(blocks))
+    try:
+        c = client.complete("answer_rerank", rerank_messages(question, plan, retrieval, blocks, limit),
+                            json_mode=True, prompt_id=RERANK_PROMPT_IDS[1])
+    except LLMCallError as exc:
+        return None, {"candidates": len(blocks), "error": f"{exc.cause}: {exc}"}
+    calls.add(c, RERANK_PROMPT_IDS[1], "answer_rerank")
+    try:
+        reply = parse_json_object(c.text)
+    except ValueError as exc:
+        return None, {"candidates": len(blocks), "error": f"invalid_reply: {exc}"}
+    ids, padded = rerank_selection(reply, [e for e, _ in blocks], limit, plan.retrieval_scope)
+    text = "\n\n".join(b for e, b in blocks if e in set(ids))
+    return text, {"candidates": len(blocks), "limit": limit, "selected": ids, "padded": padded}
+
+
+def _verify(client: LLMClient, question: Question, episodes: str, draft: str,
+            calls: _Calls) -> tuple[Optional[str], dict[str, Any]]:
+    """(the verified answer or None to keep the draft, what happened)."""
+    try:
+        c = client.complete("answer_verify", verify_messages(question, episodes, draft), json_mode=True,
+                            prompt_id=VERIFY_PROMPT_IDS[1])
+    except LLMCallError as exc:
+        return None, {"error": f"{exc.cause}: {exc}"}
+    calls.add(c, VERIFY_PROMPT_IDS[1], "answer_verify")
+    try:
+        reply = parse_json_object(c.text)
+    except ValueError as exc:
+        return None, {"error": f"invalid_reply: {exc}"}
+    answer = _EVIDENCE_TAIL.sub("", " ".join(str(reply.get("answer") or "").split())).strip()
+    if not answer:
+        return None, {"error": "invalid_reply: no answer"}
+    return answer, {"verdict": str(reply.get("verdict") or ""), "changed": answer != draft}
 
 
 def answer_question(client: LLMClient, question: Question, plan: Plan | None, retrieval: RetrievalRow,
-                    style: str = "harness") -> AnswerRow:
-    """One plain chat call; a failed call is a recorded row with ``answer=None``."""
+                    style: str = "harness", steps: Optional[AnswerSteps] = None) -> AnswerRow:
+    """One plain chat call (plus the optional rerank before and verify after it, for a plan's
+    episode buffer); a failed answer call is a recorded row with ``answer=None``."""
+    steps = steps or AnswerSteps(style=style)
     settings = client.settings("answer")
+    family = prompt_family(plan, retrieval, steps.style)
+    prompt_set = steps.prompt_set if family == "answer" else prompts.PAPER
     row = AnswerRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
                     answer=None, model=settings.model,
-                    prompt_id=_prompt_id(prompt_family(plan, retrieval, style)))
+                    prompt_id=prompts.pick(_prompt_id(family), prompt_set))
+    multi = plan is not None and (steps.rerank or steps.verify)
+    calls = _Calls()
+    episodes: Optional[str] = None
+    if plan is not None and steps.rerank:
+        episodes, row.steps["rerank"] = _rerank(client, question, plan, retrieval, steps, calls)
     try:
-        c = client.complete("answer", answer_messages(question, plan, retrieval, style), json_mode=False,
-                            prompt_id=row.prompt_id)
+        c = client.complete("answer", answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes),
+                            json_mode=False, prompt_id=row.prompt_id)
     except LLMCallError as exc:
         row.error = f"{exc.cause}: {exc}"
+        _record(row, calls, multi)
         return row
+    calls.add(c, row.prompt_id, "answer")
     row.cache_key, row.usage, row.latency, row.cached = c.cache_key, c.usage, round(c.latency, 4), c.cached
     row.answer = c.text.strip()
     if not row.answer:
         row.error = "empty_answer"
+    elif plan is not None and steps.verify:
+        row.draft = row.answer
+        verified, row.steps["verify"] = _verify(
+            client, question, retrieval.buffer_text if episodes is None else episodes, row.answer, calls)
+        row.answer = verified or row.answer
+    _record(row, calls, multi)
     return row
+
+
+def _record(row: AnswerRow, calls: _Calls, multi: bool) -> None:
+    """A row of several calls lists them all; its latency is theirs together (Table 3 generation)."""
+    if not multi:
+        return
+    row.llm_calls = calls.records
+    row.latency = round(sum(c.latency for c in calls.completions), 4)
+    row.cached = bool(calls.completions) and all(c.cached for c in calls.completions)

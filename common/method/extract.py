@@ -27,15 +27,15 @@ def granularity_policy(granularity: str) -> str:
 
 
 def extract_messages(view: MemoryView, episode: Episode, granularity: str,
-                     include_images: bool = True) -> list[dict[str, str]]:
+                     include_images: bool = True, prompt_set: str = prompts.PAPER) -> list[dict[str, str]]:
     user = prompts.fill(
-        "extract_user", granularity_policy=granularity_policy(granularity),
+        prompts.pick("extract_user", prompt_set), granularity_policy=granularity_policy(granularity),
         episode_id=episode.episode_id, conversation_id=episode.memory_id,
         session_id=episode.session_id, observed_at=episode.date_time or "unknown",
         episode_theme=episode.theme, episode_theme_type=episode.theme_type,
         episode_text=view.episode_text(episode, include_images),
     )
-    return [{"role": "system", "content": prompts.load("extract_system")},
+    return [{"role": "system", "content": prompts.load(prompts.pick("extract_system", prompt_set))},
             {"role": "user", "content": user}]
 
 
@@ -108,7 +108,7 @@ def _parse(text: str, episode: Episode, granularity: str) -> tuple[list[Record],
 
 
 def extract_episode(client: LLMClient, view: MemoryView, episode: Episode, granularity: str,
-                    include_images: bool = True) -> ExtractRow:
+                    include_images: bool = True, prompt_set: str = prompts.PAPER) -> ExtractRow:
     """Extract records of one episode; a failed reply is repaired once, then recorded empty."""
     row = ExtractRow(episode_id=episode.episode_id, memory_id=episode.memory_id,
                      granularity=granularity, records=[])
@@ -121,9 +121,9 @@ def extract_episode(client: LLMClient, view: MemoryView, episode: Episode, granu
 
     try:
         parsed, row.repaired = complete_with_repair(
-            client, "extract", extract_messages(view, episode, granularity, include_images),
+            client, "extract", extract_messages(view, episode, granularity, include_images, prompt_set),
             lambda text: _parse(text, episode, granularity), repair,
-            (f"extract_user/{granularity}", "extract_repair_user"), row.llm_calls)
+            (f"{prompts.pick('extract_user', prompt_set)}/{granularity}", "extract_repair_user"), row.llm_calls)
         row.records, row.n_raw, row.n_dropped, row.n_repaired_evidence = parsed
     except (ValueError, LLMCallError) as exc:
         # The episode stays retrievable through the lexical and dense routes.

@@ -4,7 +4,9 @@ The planner sees the question, its date, and the memory's observed property voca
 property, alphabetical, as the authors' code injects it; the least frequent are left out only
 above a token budget (``plan.vocabulary_tokens``), and the plan row counts them.
 Replies are normalized and validated; a bad reply gets one repair call, then a recorded
-deterministic fallback plan built from the question's own words.
+deterministic fallback plan built from the question's own words. ``plan.validation: code`` adds
+the authors' normalization and validation rules; ``plan.audit`` sends a valid plan to one audit
+call (role ``plan_audit``) whose reply replaces it only if it is valid too.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from common.method.bridge import PLACEHOLDER
 from common.method.extract import granularity_policy
 
 PROMPT_IDS = ("plan_system", "plan_user", "plan_repair_system", "plan_repair_user")
+AUDIT_PROMPT_IDS = ("code_rules.plan_audit_system", "code_rules.plan_audit_user")
+VALIDATIONS = ("schema", "code")
 TARGET_TYPES = ("time", "value", "entity", "location", "count", "list", "boolean", "likelihood", "explanation")
 REASONING_TYPES = ("direct", "aggregation", "comparison", "temporal", "causal", "counterfactual",
                    "commonsense_inference", "multi_hop", "unanswerable")
@@ -64,38 +68,73 @@ def vocabulary_text(vocabulary: dict[str, int], limit: Optional[int] = None,
     return text(n), n
 
 
-def plan_messages(question: Question, vocab_text: str, granularity: str) -> list[dict[str, str]]:
+def plan_messages(question: Question, vocab_text: str, granularity: str,
+                  prompt_set: str = prompts.PAPER) -> list[dict[str, str]]:
+    user_id = prompts.pick("plan_user", prompt_set)
+    # The paper set's date line reads "unknown" for an undated (LoCoMo) question (SOURCES.md);
+    # the code_rules planner has no date line, as the authors' planner has none.
+    date = {"question_date": question.question_date or "unknown"} if "{question_date}" in prompts.load(user_id) else {}
     user = prompts.fill(
-        "plan_user", granularity_policy=granularity_policy(granularity),
-        index_property_vocabulary=vocab_text, question_date=question.question_date or "unknown",
-        question=question.question,
+        user_id, granularity_policy=granularity_policy(granularity),
+        index_property_vocabulary=vocab_text, question=question.question, **date,
     )
-    return [{"role": "system", "content": prompts.load("plan_system")}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": prompts.load(prompts.pick("plan_system", prompt_set))},
+            {"role": "user", "content": user}]
+
+
+def audit_messages(question: Question, vocab_text: str, granularity: str, plan: Plan) -> list[dict[str, str]]:
+    user = prompts.fill(
+        AUDIT_PROMPT_IDS[1], granularity_policy=granularity_policy(granularity),
+        index_property_vocabulary=vocab_text, question=question.question,
+        plan=json.dumps(to_dict(plan), ensure_ascii=False, indent=1),
+    )
+    return [{"role": "system", "content": prompts.load(AUDIT_PROMPT_IDS[0])}, {"role": "user", "content": user}]
 
 
 def _str(v: Any) -> str:
     return " ".join(str(v).split()) if v is not None else ""
 
 
-def _anchor(raw: Any, where: str) -> Anchor:
+# Field names the authors' normalization accepts for an anchor's entity, property and value.
+ALIASES = {"entity": ("entity", "subject", "target_entity", "entity_name"),
+           "property": ("property", "broad_property", "property_text", "predicate"),
+           "value": ("value", "property_value", "answer_value")}
+SCHEMA_ALIASES = {"entity": ("entity", "subject"), "property": ("property", "broad_property"), "value": ("value",)}
+
+
+def _first(raw: dict[str, Any], names: tuple[str, ...]) -> Any:
+    return next((raw[n] for n in names if raw.get(n)), None)
+
+
+def _anchor(raw: Any, where: str, validation: str = "schema") -> Anchor:
     if not isinstance(raw, dict):
         raise PlanError(f"{where}.anchor must be an object")
+    names = ALIASES if validation == "code" else SCHEMA_ALIASES
     etype = _str(raw.get("entity_type")).lower()
     cond = normalize_condition(raw.get("condition_property"))
     a = Anchor(
-        entity=_str(raw.get("entity") or raw.get("subject")),
+        entity=_str(_first(raw, names["entity"])),
         entity_type=etype if etype in ENTITY_TYPES else ("other" if etype else ""),
-        property=normprop(raw.get("property") or raw.get("broad_property")),
-        value=_str(raw.get("value")), condition_property=cond,
-        condition_value=_str(raw.get("condition_value")) if cond else "",
+        property=normprop(_first(raw, names["property"])),
+        value=_str(_first(raw, names["value"])), condition_property=cond,
+        # schema: a value without a known condition is dropped; code: kept, so that validation
+        # rejects the half-filled condition as the authors' does.
+        condition_value=_str(raw.get("condition_value")) if cond or validation == "code" else "",
     )
+    if validation == "code" and _str(raw.get("condition_property")) and not cond:
+        raise PlanError(f"{where}.anchor: condition_property {_str(raw.get('condition_property'))!r} is not "
+                        "an allowed condition")
     if not a.entity or not a.property:
         raise PlanError(f"{where}.anchor needs a non-empty entity and property")
     return a
 
 
-def normalize_plan(raw: dict[str, Any]) -> Plan:
-    """Validate and normalize a planner reply, or raise ``PlanError`` naming the problem."""
+def normalize_plan(raw: dict[str, Any], validation: str = "schema") -> Plan:
+    """Validate and normalize a planner reply, or raise ``PlanError`` naming the problem.
+
+    ``validation="code"``: also the authors' field aliases, required_properties rules and
+    ``validate_plan``.
+    """
     hops_raw = raw.get("hops")
     if not isinstance(hops_raw, list) or not hops_raw:
         raise PlanError("'hops' must be a non-empty list")
@@ -108,7 +147,7 @@ def normalize_plan(raw: dict[str, Any]) -> Plan:
             hid = f"h{pos}"
             while any(x.hop_id == hid for x in hops):  # an earlier hop may already use h{pos}
                 hid = f"h{int(hid[1:]) + 1}"
-        anchor = _anchor(h.get("anchor"), f"hops[{pos}]")
+        anchor = _anchor(h.get("anchor"), f"hops[{pos}]", validation)
         raw_deps = h.get("depends_on") or []
         raw_deps = [raw_deps] if isinstance(raw_deps, (str, int)) else raw_deps
         deps = [_str(d).lower() for d in raw_deps if _str(d)] if isinstance(raw_deps, list) else []
@@ -127,19 +166,55 @@ def normalize_plan(raw: dict[str, Any]) -> Plan:
     scope = _str(raw.get("retrieval_scope")).lower()
     if scope not in SCOPES:
         scope = "all_matching" if reasoning in ("aggregation", "comparison") or ttype in ("count", "list") else "point"
-    required = []
+    required: list[dict[str, str]] = []
     for rp in raw.get("required_properties") or []:
         if isinstance(rp, dict) and (rp.get("broad_property") or rp.get("property")):
             role = _str(rp.get("role")).lower()
-            required.append({
-                "entity": _str(rp.get("entity")), "entity_type": _str(rp.get("entity_type")).lower(),
+            etype = _str(rp.get("entity_type")).lower()
+            item = {
+                "entity": _str(rp.get("entity")),
+                "entity_type": etype if validation != "code" or etype in ENTITY_TYPES else "",
                 "broad_property": normprop(rp.get("broad_property") or rp.get("property")),
                 "property_text": _str(rp.get("property_text")), "value": _str(rp.get("value")),
                 "role": role if role in ROLES else "answer_property",
-            })
-    return Plan(answer_target={"type": ttype if ttype in TARGET_TYPES else "value",
+            }
+            if validation != "code" or item not in required:  # the authors de-duplicate
+                required.append(item)
+    if validation == "code" and not required:  # ... and make one per hop when there are none
+        required = [{"entity": h.anchor.entity, "entity_type": h.anchor.entity_type,
+                     "broad_property": h.anchor.property, "property_text": h.anchor.property,
+                     "value": h.anchor.value, "role": "answer_property"} for h in hops]
+    plan = Plan(answer_target={"type": ttype if ttype in TARGET_TYPES else "value",
                                "description": _str(target.get("description"))},
                 reasoning_type=reasoning, retrieval_scope=scope, required_properties=required, hops=hops)
+    if validation == "code":
+        validate_plan(plan)
+    return plan
+
+
+WORLD_KNOWLEDGE_PROPERTIES = {"include", "contains", "is_a", "type", "category"}
+COUNTERFACTUAL_LINKS = {"motivation", "influence", "career_motivation"}
+
+
+def validate_plan(plan: Plan) -> None:
+    """The authors' plan validation (reference_notes 3.4); a ``PlanError`` sends the plan to repair."""
+    for h in plan.hops:
+        a = h.anchor
+        if len(a.property.split("_")) > 2:
+            raise PlanError(f"hop {h.hop_id}: property {a.property!r} has more than two parts; use a "
+                            "minimum-sufficient predicate and put the detail in value")
+        if bool(a.condition_property) != bool(a.condition_value):
+            raise PlanError(f"hop {h.hop_id}: condition_property and condition_value must be filled together")
+        if a.entity_type == "concept" and h.depends_on and a.property in WORLD_KNOWLEDGE_PROPERTIES:
+            raise PlanError(f"hop {h.hop_id}: a concept hop on {a.property!r} asks for world knowledge, "
+                            "not for the conversation")
+    if plan.reasoning_type == "counterfactual":
+        if len(plan.hops) < 3:
+            raise PlanError("a counterfactual plan needs three hops: target, removed condition, causal link")
+        if not any(h.anchor.condition_property == "because_of" or h.anchor.property in COUNTERFACTUAL_LINKS
+                   for h in plan.hops):
+            raise PlanError("a counterfactual plan needs a causal-link hop (condition because_of, or a "
+                            "motivation/influence property)")
 
 
 _QUESTION_WORDS = {"what", "when", "where", "who", "whom", "whose", "why", "how", "which", "did", "does",
@@ -165,7 +240,10 @@ def fallback_plan(question: str) -> Plan:
 
 def plan_question(client: LLMClient, question: Question, vocabulary: dict[str, int], *,
                   granularity: str, vocabulary_max: Optional[int] = None,
-                  vocabulary_tokens: Optional[int] = None) -> PlanRow:
+                  vocabulary_tokens: Optional[int] = None, prompt_set: str = prompts.PAPER,
+                  validation: str = "schema", audit: bool = False) -> PlanRow:
+    if validation not in VALIDATIONS:
+        raise ValueError(f"plan.validation must be one of {VALIDATIONS}, got {validation!r}")
     vocab_text, shown = vocabulary_text(vocabulary, vocabulary_max, vocabulary_tokens)
     row = PlanRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
                   plan=fallback_plan(question.question), vocabulary_size=shown,
@@ -178,14 +256,34 @@ def plan_question(client: LLMClient, question: Question, vocabulary: dict[str, i
 
     try:
         row.plan, row.repaired = complete_with_repair(
-            client, "plan", plan_messages(question, vocab_text, granularity),
-            lambda text: normalize_plan(parse_json_object(text)), repair,
-            ("plan_user", "plan_repair_user"), row.llm_calls)
+            client, "plan", plan_messages(question, vocab_text, granularity, prompt_set),
+            lambda text: normalize_plan(parse_json_object(text), validation), repair,
+            (prompts.pick("plan_user", prompt_set), "plan_repair_user"), row.llm_calls)
     except (ValueError, LLMCallError) as exc:
         row.repaired = len(row.llm_calls) > 1
         row.fallback_used, row.error = True, fallback_error(exc)
         row.plan = fallback_plan(question.question)
+        return row  # the authors audit only a plan the model made
+    if audit:
+        row.plan, row.audit = audit_plan(client, question, vocab_text, granularity, row.plan, validation,
+                                         row.llm_calls)
     return row
+
+
+def audit_plan(client: LLMClient, question: Question, vocab_text: str, granularity: str, plan: Plan,
+               validation: str, calls: list[dict[str, Any]]) -> tuple[Plan, dict[str, Any]]:
+    """One audit call (role ``plan_audit``): its plan if it is valid, else the pre-audit plan kept."""
+    try:
+        c = client.complete("plan_audit", audit_messages(question, vocab_text, granularity, plan), json_mode=True,
+                            prompt_id=AUDIT_PROMPT_IDS[1])
+    except LLMCallError as exc:
+        return plan, {"outcome": "kept_pre_audit", "error": fallback_error(exc)}
+    calls.append({**c.record(AUDIT_PROMPT_IDS[1]), "role": "plan_audit"})
+    try:
+        audited = normalize_plan(parse_json_object(c.text), validation)
+    except ValueError as exc:
+        return plan, {"outcome": "kept_pre_audit", "error": fallback_error(exc)}
+    return audited, {"outcome": "unchanged" if audited == plan else "corrected"}
 
 
 def compact_plan(plan: Plan, bridges: Optional[list[Bridge]] = None) -> str:

@@ -22,16 +22,17 @@ from typing import Any, Optional
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
 from common.core import artifacts, prompts
-from common.core.config import ONLINE_ROLES, ROLES, Config, ConfigError, load_config
+from common.core.config import ONLINE_ROLES, ROLE_PARENT, ROLES, Config, ConfigError, load_config
 from common.core.io import read_jsonl
 from common.core.tokens import count_tokens
 from common.evaluation import audited
 from common.evaluation.judge import judge_messages
 from common.evaluation.judge_lme import judge_messages as lme_messages
 from common.evaluation.judge_lme import template_id
+from common.method.answer import RERANK_PROMPT_IDS, VERIFY_PROMPT_IDS
 from common.method.dedup import representatives
 from common.method.episodes import partition_messages
-from common.method.plan import plan_messages
+from common.method.plan import AUDIT_PROMPT_IDS, plan_messages
 from common.method.render import MemoryView, render_turn
 from common.pipeline.graph import IDS, by_name, llm_stages
 from common.pipeline.ledger import cost, load_prices
@@ -52,6 +53,8 @@ ASSUME = {
     "answer_text": 12,               # the answer the judge reads
     "judge_out": 25,
     "oracle_turns": 3,
+    "rerank_out": 150,               # answer.rerank: slots and up to 20 episode ids
+    "verify_out": 60,                # answer.verify: verdict and final answer
     "system_items": 20,              # an outside system's evidence items per question (mem0: 10 per speaker)
 }
 
@@ -124,15 +127,22 @@ def estimate(cfg: Config) -> dict[str, Any]:
                 _existing(run_dir, "episodes"), "exact prompts; output assumed")
         n_eps = {"theme": max(len(unique), round(n_turns / ASSUME["turns_per_theme_episode"])),
                  "turn": n_turns, "session": len(unique)}[cfg.episodes.mode]
-        overhead = count_tokens(prompts.load("extract_system")) + count_tokens(prompts.load("extract_user")) + 60
+        overhead = sum(count_tokens(prompts.load(prompts.pick(i, cfg.prompts.set)))
+                       for i in ("extract_system", "extract_user")) + 60
         add(IDS["extract"], "extract", n_eps, n_eps * overhead + session_tokens,
             ASSUME["extract_out_per_turn"] * n_turns, _existing(run_dir, "records"),
             "episodes assumed for theme mode; episode text exact in total")
         n_vocab = int(cfg.plan.vocabulary_max or ASSUME["plan_vocabulary"])
         vocab = ", ".join(["property"] * n_vocab)
-        tin = sum(_tok(plan_messages(q, vocab, cfg.extract.granularity)) for q in data.questions)
+        tin = sum(_tok(plan_messages(q, vocab, cfg.extract.granularity, cfg.prompts.set)) for q in data.questions)
         add(IDS["plan"], "plan", nq, tin, ASSUME["plan_out"] * nq, _existing(run_dir, "plans"),
             f"exact templates; vocabulary of {n_vocab} properties assumed")
+        if cfg.plan.audit:  # one audit call per planned question (none after a fallback plan)
+            audit_in = (sum(count_tokens(prompts.load(i)) for i in AUDIT_PROMPT_IDS)
+                        + count_tokens(vocab) + ASSUME["plan_out"] + 20)
+            add(IDS["plan"], "plan_audit", nq, sum(audit_in + count_tokens(q.question) for q in data.questions),
+                ASSUME["plan_out"] * nq, _existing(run_dir, "plans"),
+                "one per question (plan.audit); template exact, candidate plan assumed")
         cap = cfg.retrieve.max_buffer_tokens
         buffer = (ASSUME["ensimem_buffer"] if cap is None else min(ASSUME["ensimem_buffer"], cap)) \
             + ASSUME["plan_text_in_answer"]
@@ -142,7 +152,7 @@ def estimate(cfg: Config) -> dict[str, Any]:
             add(IDS["retrieve"], "bridge", n_bridges, n_bridges * (overhead + ASSUME["ensimem_buffer"]),
                 ASSUME["bridge_out"] * n_bridges, _bridges_done(run_dir),
                 f"{basis}; context assumed the paper's mean buffer")
-        answer_prompt = "answer_system"
+        answer_prompt = prompts.pick("answer_system", cfg.prompts.set)
     else:
         by_memory: dict[str, int] = {}
         for s in data.sessions:
@@ -168,6 +178,15 @@ def estimate(cfg: Config) -> dict[str, Any]:
     tin = sum(per_answer + count_tokens(q.question) for q in data.questions)
     add(IDS["answer"], "answer", nq, tin, ASSUME["answer_out"] * nq, _existing(run_dir, "answers"),
         f"buffer {buffer:.0f} tokens per question ({'paper Table 3 mean' if ensimem else cfg.method.name})")
+    # answer.rerank / answer.verify (EnSIMem's episode buffer only): one call each per question,
+    # over the whole buffer (an upper bound for verify, which reads the reranked episodes).
+    for role, on, ids, out in (("answer_rerank", cfg.answer.rerank, RERANK_PROMPT_IDS, "rerank_out"),
+                               ("answer_verify", cfg.answer.verify, VERIFY_PROMPT_IDS, "verify_out")):
+        if on and ensimem:
+            per = sum(count_tokens(prompts.load(i)) for i in ids) + buffer
+            add(IDS["answer"], role, nq, sum(per + count_tokens(q.question) for q in data.questions),
+                ASSUME[out] * nq, _existing(run_dir, "answers"), f"one per question (answer.{role.split('_')[1]}); "
+                f"buffer {buffer:.0f} tokens assumed")
     q_by = {q.qid: q for q in data.questions}
     answer_text = "a " * int(ASSUME["answer_text"])  # an assumed answer of that many tokens
     if cfg.benchmark == "locomo":
@@ -232,6 +251,7 @@ def format_estimate(est: dict[str, Any]) -> str:
         b = s.get("cost_batch_usd")
         busd = ("unpriced" if s["cost_usd"] is None else "online") if b is None else f"{b:.2f}"
         mark = " (batch)" if s.get("batch") else ""
+        mark += f" [{s['role']}]" if s["role"] in ROLE_PARENT else ""  # a stage's call for another role
         lines.append(f"| {s['stage']}{mark} | {s['model']} | {s['calls']} | {s['already_done']} | {s['to_make']} | "
                      f"{s['prompt_tokens']:,} | {s['completion_tokens']:,} | {usd} | {busd} | {s['basis']} |")
     t = est["total"]

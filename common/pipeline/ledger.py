@@ -7,7 +7,9 @@ and reruns made them.
 
     python -m common.pipeline.ledger results/locomo/paper
 
-* Per stage and role: calls, how many were paid in this run and how many came from the cache,
+* Per stage and role: a stage's calls made for another role (``plan_audit`` in 05,
+  ``answer_rerank``/``answer_verify`` in 07: the call record's ``role``) are a row of their own.
+  Calls, how many were paid in this run and how many came from the cache,
   how many went through the Batch API (``llm.batch``: the cache keys the run's batch records in
   ``<run>/batches`` answered, or a call record flagged ``batch``), failed rows by cause, input and
   output tokens, latency mean/p50/p95 of paid live calls (a batch reply's wait is not a latency),
@@ -96,17 +98,42 @@ def cost(model: str, prompt_tokens: int, completion_tokens: int, prices: dict[st
     return (prompt_tokens * rate_in + completion_tokens * rate_out) / 1e6
 
 
+# Where a row records the failure of a step made for another role (the step is kept out, never the row).
+STEP_OF_ROLE = {"plan_audit": ("audit",), "answer_rerank": ("steps", "rerank"), "answer_verify": ("steps", "verify")}
+
+
+def step_failure(row: dict[str, Any], role: str) -> str:
+    """The failure cause of the step ``role`` of a row ('' if it did not fail or did not run)."""
+    step: Any = row
+    for key in STEP_OF_ROLE.get(role, ()):
+        step = step.get(key) if isinstance(step, dict) else None
+    return _head(step["error"]) if isinstance(step, dict) and step.get("error") else ""
+
+
+def call_roles(rows: list[dict[str, Any]], role: str) -> list[str]:
+    """Roles other than the stage's own that calls of these rows were made for (sorted)."""
+    return sorted({str(c["role"]) for r in rows for c in _calls(r) if c.get("role") and c["role"] != role}
+                  | {r for r in STEP_OF_ROLE for row in rows if step_failure(row, r)})
+
+
 def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[str, Any],
-                batched: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
-    """One stage's entry; ``batched``: cache keys the run's batches answered (batch-rate calls)."""
-    calls = [c for r in rows for c in _calls(r)]
+                batched: frozenset[str] | set[str] = frozenset(), stage_role: Optional[str] = None) -> dict[str, Any]:
+    """One stage's entry; ``batched``: cache keys the run's batches answered (batch-rate calls).
+
+    ``stage_role``: the stage's own role when this entry is for another ``role`` whose calls the
+    stage made (its calls carry that role); the stage's own entry then leaves them out.
+    """
+    own = stage_role is None
+    calls = [c for r in rows for c in _calls(r) if ((c.get("role") or role) if own else c.get("role")) == role]
     is_batch = lambda c: bool(c.get("batch")) or c.get("cache_key") in batched  # noqa: E731
     paid = [c for c in calls if not c.get("cached")]
     failures: dict[str, int] = defaultdict(int)
     for r in rows:
-        cause = row_failure(r)
+        cause = row_failure(r) if own else step_failure(r, role)
         if cause:
             failures[cause] += 1
+    if not own:
+        rows = [r for r in rows if step_failure(r, role) or any(c.get("role") == role for c in _calls(r))]
 
     def tokens(cs: Iterable[dict[str, Any]], key: str) -> int:
         return int(sum((c.get("usage") or {}).get(key, 0) for c in cs))
@@ -153,7 +180,10 @@ def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, 
         if not path.exists():
             missing.append(path.name)
             continue
-        entries.append(stage_entry(stage, role, read_jsonl(path), prices, batched))
+        rows = read_jsonl(path)
+        entries.append(stage_entry(stage, role, rows, prices, batched))
+        entries += [stage_entry(stage, other, rows, prices, batched, stage_role=role)
+                    for other in call_roles(rows, role)]
     # A memory system's ingestion (06, common.systems): its calls are in each memory's marker.
     markers = sorted((run_dir / IDS["retrieve"] / "memory").glob("*/ingested.json"))
     if markers:

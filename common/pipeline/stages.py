@@ -111,9 +111,9 @@ def extract(run: Run) -> None:
     rep_session = representatives(load_sessions(run))
     rep_of = {e.episode_id: by_session[rep_session[f"{e.memory_id}::{e.session_id}"].key][i]
               for r in rows for i, e in enumerate(r.episodes)}
-    g, imgs = run.cfg.extract.granularity, run.cfg.episodes.include_images
+    g, imgs, pset = run.cfg.extract.granularity, run.cfg.episodes.include_images, run.cfg.prompts.set
     run_rows_deduplicated(run, ID["extract"], run.path("records"), "episode_id", eps, lambda e: e.episode_id, rep_of,
-              lambda e: extract_mod.extract_episode(run.llm, views[e.memory_id], e, g, imgs),
+              lambda e: extract_mod.extract_episode(run.llm, views[e.memory_id], e, g, imgs, pset),
               rebase_records, "extract", [run.path("episodes")], lambda r: r["fallback_used"],
               digest_fn=lambda e: digest(to_dict(e)))
 
@@ -168,11 +168,19 @@ def plan(run: Run) -> None:
     for r in read_jsonl(run.path("index")):
         vocab[r["memory_id"]] = json.loads((run.dir / r["path"] / "vocabulary.json").read_text(encoding="utf-8"))
     g, vmax, vtok = run.cfg.extract.granularity, run.cfg.plan.vocabulary_max, run.cfg.plan.vocabulary_tokens
+    pc, pset = run.cfg.plan, run.cfg.prompts.set
+    if pc.audit:
+        run.client(("plan", "plan_audit"))  # both endpoints checked before any row
+    # The code_rules switches enter the row digest only when on: paper rows keep their digests.
+    switches = [s for s in (pset if pset != "paper" else "", pc.validation if pc.validation != "schema" else "",
+                            "audit" if pc.audit else "") if s]
     run_rows(run, ID["plan"], run.path("plans"), "qid", questions, lambda q: q.qid,
                lambda q: plan_mod.plan_question(run.llm, q, vocab.get(q.memory_id, {}), granularity=g,
-                                                vocabulary_max=vmax, vocabulary_tokens=vtok),
+                                                vocabulary_max=vmax, vocabulary_tokens=vtok, prompt_set=pset,
+                                                validation=pc.validation, audit=pc.audit),
                "plan", [run.path("questions"), run.path("index")], lambda r: r["fallback_used"],
-               digest_fn=lambda q: digest([q.question, q.question_date, vocab.get(q.memory_id, {})]))
+               digest_fn=lambda q: digest([q.question, q.question_date, vocab.get(q.memory_id, {})]
+                                          + ([switches] if switches else [])))
 
 
 # ----------------------------------------------------------------------------- 06
@@ -281,16 +289,26 @@ def answer(run: Run) -> None:
     # Systems without a planner: the answer stage then uses the plan-free prompt (answer.prompt).
     plans = by_qid(read_jsonl(run.path("plans")), PlanRow) if uses_stage(run.cfg.method.name, "plan") else {}
     rets = by_qid(read_jsonl(run.path("retrievals")), RetrievalRow)
-    style = run.cfg.answer.prompt
+    ac = run.cfg.answer
+    style = ac.prompt
+    steps = answer_mod.AnswerSteps(prompt_set=run.cfg.prompts.set, rerank=ac.rerank, rerank_max=ac.rerank_max,
+                                   verify=ac.verify, style=style)
+    extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify)) if on)
+    if extra_roles:
+        run.client(("answer", *extra_roles))  # every endpoint checked before any row
+    # The code_rules switches enter the row digest only when on: paper rows keep their digests.
+    switches = [s for s in (steps.prompt_set if steps.prompt_set != "paper" else "",
+                            f"rerank{ac.rerank_max}" if ac.rerank else "", "verify" if ac.verify else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
                lambda q: answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
-                                                    rets[q.qid], style),
+                                                    rets[q.qid], style, steps),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
                digest_fn=lambda q: digest([q.question, rets[q.qid].mode, rets[q.qid].buffer_text,
                                            to_dict(plans[q.qid].plan) if plans else None]
                                           + ([to_dict(rets[q.qid].bridges)] if rets[q.qid].bridges else [])
                                           + ([style, rets[q.qid].method_info.get("evidence")]
-                                             if style != "harness" else [])))
+                                             if style != "harness" else [])
+                                          + ([switches] if switches else [])))
 
 
 # ----------------------------------------------------------------------------- 08

@@ -37,6 +37,14 @@ PROMPT_KINDS: dict[str, str] = {
     # mem0's own fact-extraction prompt (mem0ai 2.2.1 makes one additive ADD-only call per add;
     # its memory-update decisions are part of that reply), sent by common.systems.mem0.
     "mem0_extraction": "mem0_extraction",
+    # prompts.set: code_rules (common/prompts/code_rules/): the same reply kinds as the paper's set.
+    "code_rules.plan_user": "plan",
+    "code_rules.extract_user": "extract",
+    "code_rules.answer_user": "answer",
+    # plan.audit, answer.rerank, answer.verify: their own kinds.
+    "code_rules.plan_audit_user": "plan_audit",
+    "code_rules.answer_rerank_user": "answer_rerank",
+    "code_rules.answer_verify_user": "answer_verify",
     "judge_locomo_mem0": "judge_locomo",
     "judge_locomo_paper": "judge_locomo",
     # The official LongMemEval checker templates all end by asking for yes or no.
@@ -273,6 +281,39 @@ def reply_bridge(text: str) -> dict[str, Any]:
     return {"bridge": names[0] if names else "", "supporting_episode_ids": ids[:1] if names else []}
 
 
+CANDIDATE_PLAN_RE = re.compile(r"^Candidate plan:\n", re.MULTILINE)
+LIMIT_RE = re.compile(r"^Select up to (\d+) episodes", re.MULTILINE)
+DRAFT_RE = re.compile(r"^Draft answer: (.*)$", re.MULTILINE)
+
+
+def reply_plan_audit(text: str) -> dict[str, Any]:
+    """The candidate plan back, corrected in one visible way: a "how often" question planned as a
+    point lookup becomes an all_matching aggregation (the audit checklist's frequency rule)."""
+    m = CANDIDATE_PLAN_RE.search(text)
+    plan = json.loads(text[m.end():]) if m else reply_plan(text)
+    if "how often" in parse_question(text).lower() and plan.get("retrieval_scope") == "point":
+        plan = {**plan, "retrieval_scope": "all_matching", "reasoning_type": "aggregation"}
+    return plan
+
+
+def reply_rerank(text: str) -> dict[str, Any]:
+    """Every other candidate episode (the 1st, 3rd, ...), at most the limit the prompt states."""
+    ids = EPISODE_ID_RE.findall(text)
+    m = LIMIT_RE.search(text)
+    chosen = ids[::2][: int(m.group(1)) if m else len(ids)]
+    return {"evidence_slots": [{"slot_id": "s1", "fact": "the asked fact", "episode_ids": chosen[:1]}],
+            "selected_episode_ids": chosen, "reason": "scripted"}
+
+
+def reply_verify(text: str) -> dict[str, Any]:
+    """The draft kept when it is Unknown, else rewritten visibly (so a test sees which one won)."""
+    m = DRAFT_RE.search(text)
+    draft = m.group(1).strip() if m else ""
+    if not draft or draft == "Unknown":
+        return {"verdict": "supported", "answer": draft or "Unknown", "evidence_episode_ids": []}
+    return {"verdict": "rewritten", "answer": f"{draft} (checked)", "evidence_episode_ids": []}
+
+
 def reply_answer(text: str) -> str:
     turns = parse_turns(text)
     if not turns:
@@ -310,6 +351,12 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_bridge(text))
     if kind == "answer":
         return reply_answer(text)
+    if kind == "plan_audit":
+        return json.dumps(reply_plan_audit(text))
+    if kind == "answer_rerank":
+        return json.dumps(reply_rerank(text))
+    if kind == "answer_verify":
+        return json.dumps(reply_verify(text))
     if kind == "mem0_extraction":
         return json.dumps(reply_mem0_extraction(text))
     if kind == "judge_locomo":
