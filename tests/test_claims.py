@@ -351,3 +351,30 @@ def test_a_hindsight_longmemeval_file_maps_items_by_question_id(tmp_path):
     assert r["system"] == "imported (hindsight)"
     assert (r["cells"]["standard"]["n"], r["cells"]["standard"]["missing"]) == (500, 499)
     assert r["cells"]["audited_excluding"]["skipped"] and r["cells"]["our_judge"]["skipped"]
+
+
+def test_the_claims_row_carries_question_and_conversation_intervals(tmp_path, monkeypatch):
+    """Each row has a 95% CI over the run's labelled questions and one resampling whole
+    conversations, equal to the statistics module's on the same labels."""
+    from common.evaluation.labels import load_labels
+    from common.evaluation.stats import accuracy_with_ci
+    from common.report.claims import build
+
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_BASE_URLS"):
+        monkeypatch.delenv(var, raising=False)
+    zep_fixture(tmp_path / "zep.json")
+    _import(tmp_path / "zep.json", tmp_path / "results", "zep", "--format", "zep", "--claim", "zep-locomo")
+    build(tmp_path / "results", tmp_path / "results" / "claims", rejudge=False)
+    (row,) = json.loads((tmp_path / "results" / "claims" / "claims.json").read_text())["rows"]
+    cell = row["cells"]["intervals"]
+    from common.evaluation.labels import MISSING
+
+    labelled = [r for r in load_labels(tmp_path / "results" / "locomo" / "zep", "published").records
+                if r.cause != MISSING]  # the questions the file has a row for; the missing are the standard cell's
+    expected = accuracy_with_ci([r.label for r in labelled], clusters=[r.cluster for r in labelled])
+    assert cell["n"] == len(labelled) == 10
+    assert cell["ci"]["low"] == expected["ci"]["low"] and cell["ci_cluster"]["high"] == expected["ci_cluster"]["high"]
+    assert cell["ci_cluster"]["n_clusters"] == len({r.cluster for r in labelled}) > 1
+    md = (tmp_path / "results" / "claims" / "claims.md").read_text()
+    assert "95% CI (questions; conversations)" in md
+    assert f"q {100 * expected['ci']['low']:.1f}-{100 * expected['ci']['high']:.1f}; cl " in md

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -45,7 +46,7 @@ from common.core.tabular import describe, write_table
 from common.core.tokens import count_tokens
 from common.evaluation import audited
 from common.evaluation.claims import Claim, load_claims
-from common.evaluation.labels import MISSING, RunLabels, load_labels, run_benchmark, run_judges
+from common.evaluation.labels import MISSING, RunLabels, clustered_accuracy, load_labels, run_benchmark, run_judges
 from common.evaluation.scoring import EXPECTED_SCORED
 from common.evaluation.stats import judge_agreement
 from common.pipeline.audit import audit_dir
@@ -147,6 +148,30 @@ def _standard(benchmark: str, labels: RunLabels, judge_file: str, exclude: froze
     failed = sum(1 for v in values.values() if v is None)
     return _cell(k, n, f"{judge_file}: label == 1 over all {n} scored questions; {missing} missing and "
                        f"{failed} failed count wrong", missing=missing, failed=failed)
+
+
+def _intervals(labels: RunLabels, judge_file: str) -> dict[str, Any]:
+    """95% CIs of the run's labelled questions: resampling questions, and resampling whole memories
+    (questions of one conversation are not independent), with the smallest difference they separate."""
+    present = dataclasses.replace(labels, records=tuple(r for r in labels.records if r.cause != MISSING))
+    if not present.records:
+        return {"ci": None, "ci_cluster": None, "source": f"{judge_file}: no labelled question"}
+    acc = clustered_accuracy(present)
+    cluster = acc.get("ci_cluster") or {}
+    return {"accuracy": acc["accuracy"], "n": acc["n"], "ci": acc["ci"], "ci_cluster": cluster,
+            "mdd": (acc.get("power") or {}).get("mdd"),
+            "source": f"{judge_file}: the labelled questions (failures wrong); question bootstrap and "
+                      "cluster bootstrap over memories (common.evaluation.stats.accuracy_with_ci)"}
+
+
+def _interval_text(c: dict[str, Any]) -> str:
+    ci, cl = c.get("ci"), c.get("ci_cluster") or {}
+
+    def span(x: Any) -> str:
+        if not x or x.get("low") is None:
+            return DASH
+        return f"{100 * x['low']:.1f}-{100 * x['high']:.1f}"
+    return f"q {span(ci)}; cl {span(cl)}" if ci else DASH
 
 
 def _lengths(run_dir: Path, labels: RunLabels) -> dict[str, Any]:
@@ -280,6 +305,7 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
         own["equals_import_record"] = own["accuracy"] is not None and abs(own["accuracy"] - recorded) < 1e-12
     cells["own"] = own
     cells["standard"] = _standard(benchmark, labels, judge_file)
+    cells["intervals"] = _intervals(labels, judge_file)
     # The errata load only against the whole LoCoMo file; our judge re-judges with them only then.
     errata, why = _errata(run_dir, errata_path) if benchmark == "locomo" else (None, "")
     # Our judge first: the audited key's re-judged cell reads its corrected labels.
@@ -333,6 +359,7 @@ def _md_row(r: dict[str, Any]) -> dict[str, str]:
         "Claim": c["claim"]["value"] or DASH,
         "Own labels, own denominator": _text(c["own"]),
         "vs claim": c["own"]["vs_claim"],
+        "95% CI (questions; conversations)": _interval_text(c["intervals"]),
         "Standard denominator (missing)": f"{_text(c['standard'])} ({c['standard']['missing']} missing)",
         "Audited key: corrected excluded": _text(c["audited_excluding"]),
         "Audited key: re-judged": _text(c["audited_rejudged"]),
