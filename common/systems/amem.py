@@ -201,16 +201,16 @@ class AMem(MemorySystem):
         seen: set[str] = set()
         if memory.retriever.count():
             hits = memory.retriever.search(question.question, k)
-            # Each hit, then up to k of the notes it links to (A-MEM's retrieval for answering).
-            for i, doc_id in enumerate(hits["ids"][0][:k]):
-                meta = hits["metadatas"][0][i]
-                if doc_id not in seen:
-                    seen.add(doc_id)
-                    evidence.append(_evidence(doc_id, meta.get("content", ""), meta.get("timestamp", ""),
-                                              meta.get("context", ""), round(float(hits["distances"][0][i]), 4)))
+            ids, metas = hits["ids"][0][:k], hits["metadatas"][0][:k]
+            # The k nearest notes, then the notes each links to (up to k per hit), each note once.
+            for doc_id, meta, distance in zip(ids, metas, hits["distances"][0]):
+                seen.add(doc_id)
+                evidence.append(_evidence(doc_id, meta.get("content", ""), meta.get("timestamp", ""),
+                                          meta.get("context", ""), round(float(distance), 4)))
+            for meta in metas:
                 for link in list(meta.get("links") or [])[:k]:
-                    note = memory.read(link)
-                    if note is not None and link not in seen:
+                    note = memory.read(link) if link not in seen else None
+                    if note is not None:
                         seen.add(link)
                         evidence.append(_evidence(link, note.content, note.timestamp or "", note.context, None))
         return Found(evidence, Spent(seconds=round(time.perf_counter() - started, 4)), {"top_k": k})
