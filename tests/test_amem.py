@@ -154,7 +154,8 @@ def _make_locomo(tmp_path, fake_server, sets, limit):
     return done
 
 
-def test_make_locomo_with_amem_on_conv26_end_to_end_and_a_rerun_pays_nothing(tmp_path, fake_server, real_locomo):
+def test_make_locomo_with_amem_on_conv26_end_to_end_and_a_rerun_pays_nothing(tmp_path, fake_server, real_locomo,
+                                                                               monkeypatch):
     """The real conv-26 (419 turns, every one a note), its first 15 questions, 01-09 by make."""
     sets = amem_sets(tmp_path, real_locomo)
     done = _make_locomo(tmp_path, fake_server, sets, 15)
@@ -174,6 +175,7 @@ def test_make_locomo_with_amem_on_conv26_end_to_end_and_a_rerun_pays_nothing(tmp
     from common.report.tables import command
 
     results = tmp_path / "results"
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
     run_stages("configs/locomo.yaml", run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": "no_memory",
                                                                               "run.name": "closed"}))
     assert command.main(["--results", str(results), "--out", str(results / "tables"), "--only", "systems"]) == 0
