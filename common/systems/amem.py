@@ -69,7 +69,7 @@ def _retriever_class() -> type:
     from agentic_memory.retrievers import ChromaRetriever
     from chromadb.config import Settings
 
-    class HarnessRetriever(ChromaRetriever):  # type: ignore[misc]
+    class HarnessRetriever(ChromaRetriever):
         """A-MEM's retriever on a Chroma store with telemetry off and the harness's embeddings."""
 
         def __init__(self, collection_name: str = "memories", model_name: str = "",
@@ -87,7 +87,7 @@ def _retriever_class() -> type:
 def _embeddings(embedder: Any) -> Any:
     from chromadb.api.types import EmbeddingFunction
 
-    class HarnessEmbeddings(EmbeddingFunction):  # type: ignore[misc]
+    class HarnessEmbeddings(EmbeddingFunction):
         """Chroma's embedding-function interface over the harness's model (cached, unit vectors)."""
 
         def __init__(self, model: Any) -> None:
