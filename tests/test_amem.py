@@ -108,6 +108,8 @@ class SlowIngest(MemorySystem):
 
     def ingest(self, view, state_dir):
         started = time.monotonic()
+        if view.memory_id == os.environ.get("SLOW_INGEST_FAILS"):  # a test switch, not a setting
+            raise RuntimeError(f"ingestion of {view.memory_id} failed")
         time.sleep(0.3)
         (state_dir / "span.json").write_text(json.dumps([started, time.monotonic()]))
         return Spent()
@@ -135,6 +137,24 @@ def test_ingestion_runs_memories_concurrently_up_to_the_bound(tmp_path, fake_ser
     assert ingest["memories"] == ingest["new"] >= 5 and ingest["concurrency"] == bound
     spans = [json.loads(p.read_text()) for p in (run.dir / "06_retrieve" / "memory").glob("*/span.json")]
     assert len(spans) == ingest["memories"] and most_at_once(spans) == bound
+
+
+def test_a_failed_memory_stops_new_ones_the_running_ones_keep_their_markers_and_a_rerun_resumes(
+        tmp_path, fake_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    base = {"method.name": "tests.test_amem:SlowIngest", "systems.ingest_concurrency": 2}
+    run = run_stages("configs/longmemeval.yaml", run_overrides(tmp_path, LME_TINY, **base), ["preprocess"])
+    order = list(dict.fromkeys(q["memory_id"] for q in rows(run.path("questions"))))
+    monkeypatch.setenv("SLOW_INGEST_FAILS", order[1])
+    with pytest.raises(RuntimeError, match=f"ingestion of {order[1]} failed"):
+        run_stages("configs/longmemeval.yaml", run_overrides(tmp_path, LME_TINY, **base), ["retrieve"])
+    monkeypatch.delenv("SLOW_INGEST_FAILS")
+    memory = run.dir / "06_retrieve" / "memory"
+    # The first memory ran beside the failing one and finished; none after them was started.
+    assert [(memory / m / "ingested.json").exists() for m in order] == [True] + [False] * (len(order) - 1)
+    run_stages("configs/longmemeval.yaml", run_overrides(tmp_path, LME_TINY, **base), ["retrieve"])
+    ingest = json.loads((run.dir / "06_retrieve.manifest.json").read_text())["ingest"]
+    assert (ingest["resumed"], ingest["new"]) == (1, len(order) - 1)
 
 
 def test_ingest_concurrency_must_be_positive():
