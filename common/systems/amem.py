@@ -38,7 +38,7 @@ from common.core.tokens import count_tokens
 from common.method.render import MemoryView
 from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent
 
-DEFAULTS = {"top_k": 10, "neighbors": 5}
+DEFAULTS = {"top_k": 10}
 AMEM_VERSION = "0.2.6"
 # A-MEM's analysis prompt and evolution prompt (o200k tokens, without the note and neighbours):
 # the dry run's estimate.
