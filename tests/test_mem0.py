@@ -78,7 +78,9 @@ def test_a_killed_ingestion_resumes_at_the_unfinished_memory_and_pays_nothing_tw
             raise KeyboardInterrupt
         return real(self, *args, **kwargs)
 
-    sets = mem0_sets(tmp_path / "killed", **{"llm.cache_path": str(tmp_path / "killed.sqlite")})
+    # One memory after the other (systems.ingest_concurrency=1), so that the kill falls inside the second.
+    sets = mem0_sets(tmp_path / "killed", **{"llm.cache_path": str(tmp_path / "killed.sqlite"),
+                                             "systems.ingest_concurrency": 1})
     monkeypatch.setattr(mem0_system._HarnessLLM, "generate_response", killed)
     with pytest.raises(KeyboardInterrupt):
         run_stages("configs/locomo.yaml", sets, UP_TO_06)

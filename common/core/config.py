@@ -288,7 +288,8 @@ class MethodConfig:
     """
 
     # A registered system (common.systems.registry) or a user's class as package.module:Class.
-    name: Union[Literal["ensimem", "full_context", "rag_turns", "no_memory", "oracle", "mem0"], ImportPath] = "ensimem"
+    name: Union[Literal["ensimem", "full_context", "rag_turns", "no_memory", "oracle", "mem0", "amem"],
+                ImportPath] = "ensimem"
     context_tokens: int = 120000  # full_context budget (o200k tokens); fits 128k-window models
     rag_k: int = 10  # rag_turns: turns retrieved per question
     options: dict = field(default_factory=dict)  # a system's own settings (mem0: top_k, batch_size)
@@ -326,6 +327,15 @@ class ScoreConfig:
 
 
 @dataclass(frozen=True)
+class SystemsConfig:
+    """How the harness drives an outside memory system (``common.systems``); no effect on results."""
+
+    # Memories ingested at the same time (each memory's own calls stay in order: a system's
+    # ingestion of one memory is sequential by design). Not in the fingerprint.
+    ingest_concurrency: int = 4
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str = "paper"
     results_dir: str = "results"
@@ -349,6 +359,7 @@ class Config:
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     score: ScoreConfig = field(default_factory=ScoreConfig)
+    systems: SystemsConfig = field(default_factory=SystemsConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     # ---- derived
@@ -565,6 +576,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"retrieve.weights: unknown field(s) {sorted(unknown)}")
     if cfg.llm.concurrency < 1:
         raise ConfigError("llm.concurrency: must be >= 1")
+    if cfg.systems.ingest_concurrency < 1:
+        raise ConfigError("systems.ingest_concurrency: must be >= 1")
     if cfg.llm.batch_max_requests < 1:
         raise ConfigError("llm.batch_max_requests: must be >= 1")
     if cfg.judge.runs < 1:

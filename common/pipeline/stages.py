@@ -13,7 +13,8 @@ import shutil
 import threading
 import time
 from collections import defaultdict
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional
 
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
@@ -227,28 +228,57 @@ def _system(run: Run) -> MemorySystem:
 def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory_ids: list[str]) -> dict[str, Any]:
     """Ingest each memory once; a memory whose marker is present and current is not redone.
 
-    A killed run continues at the first memory without a marker; that memory's partial state is
-    wiped and built again (its finished LLM calls come from the cache).
+    Up to ``systems.ingest_concurrency`` memories are ingested at the same time (a memory's own
+    calls stay in its system's order). A killed run continues at the memories without a marker;
+    such a memory's partial state is wiped and built again (its finished LLM calls come from the
+    cache). When one memory fails, no further memory is started; those already running finish
+    and keep their markers, then the first failure is raised.
     """
     if not system.ingests():
         return {}
     started, done, resumed, spent = time.time(), {}, 0, Spent()
     settings = system.settings()
+    todo: list[tuple[str, str]] = []
     for mid in memory_ids:
         d = digest([system.name, settings, [to_dict(s) for s in views[mid].sessions]])
-        state = system.ctx.state_dir / mid
-        marker = state / "ingested.json"
+        marker = system.ctx.state_dir / mid / "ingested.json"
         if not run.force and marker.exists() and json.loads(marker.read_text(encoding="utf-8")).get("digest") == d:
             done[mid], resumed = d, resumed + 1
-            continue
-        shutil.rmtree(state, ignore_errors=True)
-        state.mkdir(parents=True)
-        used = system.ingest(views[mid], state)
-        spent.add(used)
-        write_json(marker, {"memory_id": mid, "digest": d, "spent": dataclasses.asdict(used)})
-        done[mid] = d
+        else:
+            todo.append((mid, d))
+    failed = threading.Event()
+
+    def one(mid: str, d: str) -> Optional[Spent]:
+        if failed.is_set():  # left for the rerun, like every memory after a failure
+            return None
+        try:
+            state = system.ctx.state_dir / mid
+            shutil.rmtree(state, ignore_errors=True)
+            state.mkdir(parents=True)
+            used = system.ingest(views[mid], state)
+            write_json(state / "ingested.json", {"memory_id": mid, "digest": d, "spent": dataclasses.asdict(used)})
+        except BaseException:
+            failed.set()
+            raise
         print(f"{ID['retrieve']}: ingested {mid} ({used.calls} calls, {used.seconds:.1f}s)", flush=True)
+        return used
+
+    first_error: Optional[BaseException] = None
+    with ThreadPoolExecutor(max_workers=max(1, min(run.cfg.systems.ingest_concurrency, len(todo)))) as pool:
+        futures = [(mid, d, pool.submit(one, mid, d)) for mid, d in todo]
+        for mid, d, future in futures:
+            try:
+                used = future.result()
+            except BaseException as exc:  # KeyboardInterrupt too: the others finish first
+                first_error = first_error or exc
+                continue
+            if used is not None:
+                spent.add(used)
+                done[mid] = d
+    if first_error is not None:
+        raise first_error
     return {"digests": done, "memories": len(memory_ids), "resumed": resumed, "new": len(memory_ids) - resumed,
+            "concurrency": run.cfg.systems.ingest_concurrency,
             "spent_this_time": spent.totals(), "wall_seconds": round(time.time() - started, 2)}
 
 

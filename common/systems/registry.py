@@ -19,6 +19,7 @@ REGISTERED: dict[str, str] = {
     "no_memory": "common.systems.builtin:NoMemory",
     "oracle": "common.systems.builtin:Oracle",
     "mem0": "common.systems.mem0:Mem0",
+    "amem": "common.systems.amem:AMem",
 }
 
 

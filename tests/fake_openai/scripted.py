@@ -45,6 +45,10 @@ PROMPT_KINDS: dict[str, str] = {
     "code_rules.plan_audit_user": "plan_audit",
     "code_rules.answer_rerank_user": "answer_rerank",
     "code_rules.answer_verify_user": "answer_verify",
+    # A-MEM's two calls per note (a-mem 0.2.6, sent by common.systems.amem): the note's analysis
+    # (keywords, context, tags) and the evolution decision over its nearest neighbours.
+    "amem_analyze": "amem_analyze",
+    "amem_evolve": "amem_evolve",
     "judge_locomo_mem0": "judge_locomo",
     "judge_locomo_paper": "judge_locomo",
     # The official LongMemEval checker templates all end by asking for yes or no.
@@ -58,7 +62,7 @@ PROMPT_KINDS: dict[str, str] = {
 }
 CHAT_KINDS = frozenset(PROMPT_KINDS.values())
 # Ids of prompts an outside memory system owns (inside its package, not in common/prompts/).
-OUTSIDE_PROMPTS = frozenset({"mem0_extraction"})
+OUTSIDE_PROMPTS = frozenset({"mem0_extraction", "amem_analyze", "amem_evolve"})
 UNKNOWN_KIND = "unknown"
 EMBEDDINGS_KIND = "embeddings"
 
@@ -335,6 +339,27 @@ def reply_mem0_extraction(text: str) -> dict:
     return {"memory": memories}
 
 
+AMEM_NEIGHBOR_RE = re.compile(r"^memory_id:(\S+)\t", re.MULTILINE)
+
+
+def reply_amem_analyze(text: str) -> dict:
+    """A-MEM's note analysis: the note's longest content words as keywords, its first words as
+    the context, fixed tags; the note is the text after the prompt's last "Content for analysis:"."""
+    note = text.rsplit("Content for analysis:", 1)[-1].strip()
+    words = [w.lower() for w in content_words(note.split(" : ", 1)[-1])]
+    keywords = sorted(dict.fromkeys(words), key=lambda w: (-len(w), w))[:3]
+    return {"keywords": keywords, "context": " ".join(note.split()[:8]), "tags": ["conversation", "personal"]}
+
+
+def reply_amem_evolve(text: str) -> dict:
+    """A-MEM's evolution decision (all six keys its strict schema requires): link the new note
+    to its nearest neighbour (the first ``memory_id:`` line) and keep the neighbours unchanged."""
+    ids = AMEM_NEIGHBOR_RE.findall(text)
+    return {"should_evolve": bool(ids), "actions": ["strengthen"] if ids else [],
+            "suggested_connections": ids[:1], "tags_to_update": ["conversation", "linked"],
+            "new_context_neighborhood": [], "new_tags_neighborhood": []}
+
+
 def judge_label(text: str) -> str:
     return "CORRECT" if hashlib.sha256(text.encode("utf-8")).digest()[0] % 2 == 0 else "WRONG"
 
@@ -359,6 +384,10 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_verify(text))
     if kind == "mem0_extraction":
         return json.dumps(reply_mem0_extraction(text))
+    if kind == "amem_analyze":
+        return json.dumps(reply_amem_analyze(text))
+    if kind == "amem_evolve":
+        return json.dumps(reply_amem_evolve(text))
     if kind == "judge_locomo":
         return json.dumps({"label": judge_label(text)})
     if kind == "judge_lme":

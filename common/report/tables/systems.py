@@ -3,7 +3,7 @@
 Same cell format and provenance as Tables 1 and 2 (accuracy % [CI] (k/n), recounted from
 ``01_gold.jsonl`` + ``08_judge_<judge>.jsonl``), with the system (``method.name``), the answer
 prompt, the answer model, the judge and the run's protocol fingerprint, so that a researcher's
-own system sits beside EnSIMem, the baselines and mem0; ``make compare A=... B=...`` then
+own system sits beside EnSIMem, the baselines, mem0 and A-MEM; ``make compare A=... B=...`` then
 gives the paired difference between any two rows.
 """
 from __future__ import annotations
