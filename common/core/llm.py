@@ -685,6 +685,57 @@ def embed_texts(
     return out
 
 
+# --------------------------------------------------------------------------- endpoint probes
+# What a probe call may raise: the SDK's errors, and a 200 whose body is not a chat completion.
+PROBE_ERRORS: tuple[type[BaseException], ...] = (openai.OpenAIError, ValueError)
+
+
+class EndpointProbe:
+    """Raw calls to one endpoint for a preflight check (``make doctor``): no cache, no retries.
+
+    A cached or retried reply would say nothing about the endpoint itself, so these bypass
+    ``LLMClient``; they still go through the SDK, from this module, like every other call.
+    """
+
+    def __init__(self, url: str, key: str, timeout: float):
+        self.key = key
+        self.sdk = openai.OpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=0)
+
+    def model_ids(self) -> list[str]:
+        """The ids ``/v1/models`` lists."""
+        return [str(getattr(m, "id", m)) for m in self.sdk.models.list()]
+
+    def chat(self, body: dict[str, Any], *, prompt_id: str, extra_body: Optional[dict[str, Any]] = None
+             ) -> tuple[str, float, dict[str, str]]:
+        """(reply text, seconds, rate-limit headers) of one chat call; raises a ``PROBE_ERRORS``."""
+        started = time.perf_counter()
+        raw = self.sdk.chat.completions.with_raw_response.create(
+            **body, extra_body=extra_body or None, extra_headers={PROMPT_ID_HEADER: prompt_id})
+        reply = raw.parse()
+        seconds = time.perf_counter() - started
+        headers = {k.lower(): v for k, v in raw.headers.items() if k.lower().startswith("x-ratelimit-")}
+        choices = getattr(reply, "choices", None)
+        if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
+            raise ValueError(f"the reply is not a chat completion: {str(reply)[:60]!r}")
+        return choices[0].message.content or "", seconds, headers
+
+    def describe(self, exc: BaseException) -> tuple[str, bool]:
+        """(one line, key masked; True when the endpoint refused this request: a 400 or 422)."""
+        refused = False
+        if isinstance(exc, openai.APIStatusError):
+            body = exc.body if isinstance(exc.body, dict) else {}
+            message = body.get("message") or (body.get("error") or {}).get("message") or str(exc)
+            text = f"HTTP {exc.status_code}: {message}"
+            refused = exc.status_code in (400, 422)
+        elif isinstance(exc, openai.APITimeoutError):
+            text = "timed out"
+        elif isinstance(exc, openai.APIConnectionError):
+            text = f"cannot connect ({exc.__cause__ or exc})"
+        else:
+            text = f"{type(exc).__name__}: {exc}"
+        return scrub(" ".join(text.split())[:200], self.key), refused
+
+
 # --------------------------------------------------------------------------- JSON replies
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 _THINK = re.compile(r"^.*</think>", re.S)

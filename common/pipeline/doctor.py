@@ -10,8 +10,8 @@ endpoint sends; whether ``configs/prices.yaml`` knows the model. One table, one 
 The exit status is 1 when a stage cannot work: no endpoint, the model does not answer, JSON mode
 refused for a role that sends it, ``seed`` refused for a role that sets one.
 
-The probe calls go through the ``openai`` SDK straight to the endpoint, never through the LLM
-cache: a cached reply would say nothing about the endpoint. About a dozen tiny calls per endpoint.
+The probe calls go through the ``openai`` SDK straight to the endpoint (``common.core.llm.EndpointProbe``),
+never through the LLM cache: a cached reply would say nothing about the endpoint. About a dozen tiny calls per endpoint.
 
 ``--pilot`` (``make doctor PILOT=1``) then runs the real pipeline on one conversation and its first
 20 questions (``--pilot-questions``) into a run directory of its own (``<run name>-pilot``), and
@@ -29,23 +29,20 @@ import dataclasses
 import json
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
-
-import openai
 
 from common.benchmarks.subset import load_selected
 from common.core import prompts
 from common.core.config import Config, ConfigError, load_config
 from common.core.llm import (
-    PROMPT_ID_HEADER,
+    PROBE_ERRORS,
     EndpointNotConfigured,
+    EndpointProbe,
     LLMClient,
     RoleSettings,
     resolve_endpoints,
-    scrub,
 )
 from common.pipeline.dryrun import estimate, format_estimate
 from common.pipeline.engine import Run, run_pipeline
@@ -66,7 +63,7 @@ JSON_ROLES = {"locomo": ("partition", "extract", "plan", "bridge", "judge"),
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 # What a probe call may raise: the SDK's errors, and a 200 whose body is not a chat completion
 # (cut-off JSON, no choices).
-CALL_ERRORS = (openai.OpenAIError, ValueError)
+CALL_ERRORS = PROBE_ERRORS
 
 
 @dataclass(frozen=True)
@@ -149,8 +146,7 @@ class Prober:
 
     def __init__(self, target: Target):
         self.t = target
-        self.sdk = openai.OpenAI(base_url=target.url, api_key=target.key, timeout=min(target.settings.timeout, 60.0),
-                                 max_retries=0)
+        self.sdk = EndpointProbe(target.url, target.key, min(target.settings.timeout, 60.0))
         self.latencies: list[float] = []
         self.headers: dict[str, str] = {}
 
@@ -163,31 +159,14 @@ class Prober:
         return LLMClient.request_body(settings, messages, json_mode)
 
     def call(self, body: dict[str, Any]) -> str:
-        """The reply text; raises the SDK's error. Records latency and rate-limit headers."""
-        extra = self.t.settings.extra_body or None
-        started = time.perf_counter()
-        raw = self.sdk.chat.completions.with_raw_response.create(
-            **body, extra_body=extra, extra_headers={PROMPT_ID_HEADER: PROBE_ID})
-        reply = raw.parse()
-        self.latencies.append(time.perf_counter() - started)
-        self.headers.update({k.lower(): v for k, v in raw.headers.items() if k.lower().startswith("x-ratelimit-")})
-        choices = getattr(reply, "choices", None)
-        if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
-            raise ValueError(f"the reply is not a chat completion: {str(reply)[:60]!r}")
-        return choices[0].message.content or ""
+        """The reply text; raises a ``PROBE_ERRORS``. Records latency and rate-limit headers."""
+        text, seconds, headers = self.sdk.chat(body, prompt_id=PROBE_ID, extra_body=self.t.settings.extra_body)
+        self.latencies.append(seconds)
+        self.headers.update(headers)
+        return text
 
     def why(self, exc: BaseException) -> str:
-        if isinstance(exc, openai.APIStatusError):
-            body = exc.body if isinstance(exc.body, dict) else {}
-            message = body.get("message") or (body.get("error") or {}).get("message") or str(exc)
-            text = f"HTTP {exc.status_code}: {message}"
-        elif isinstance(exc, openai.APITimeoutError):
-            text = "timed out"
-        elif isinstance(exc, openai.APIConnectionError):
-            text = f"cannot connect ({exc.__cause__ or exc})"
-        else:
-            text = f"{type(exc).__name__}: {exc}"
-        return scrub(" ".join(text.split())[:200], self.t.key)
+        return self.sdk.describe(exc)[0]
 
     def attempt(self, body: dict[str, Any]) -> tuple[Optional[str], str]:
         """(reply, "") when the endpoint accepts ``body``; (None, why) when it refuses it (a 400 or
@@ -195,8 +174,8 @@ class Prober:
         try:
             return self.call(body), ""
         except CALL_ERRORS as exc:
-            refused = isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 422)
-            return None, f"{'refused' if refused else 'call failed'} ({self.why(exc)})"
+            why, refused = self.sdk.describe(exc)
+            return None, f"{'refused' if refused else 'call failed'} ({why})"
 
 
 def probe(target: Target, prices: dict[str, Any]) -> list[Check]:
@@ -209,7 +188,7 @@ def probe(target: Target, prices: dict[str, Any]) -> list[Check]:
 
     listed: Optional[bool] = None
     try:
-        ids = [str(getattr(m, "id", m)) for m in p.sdk.models.list()]
+        ids = p.sdk.model_ids()
         listed = target.model in ids
         listed_note = f"listed by /v1/models (of {len(ids)})" if listed else \
             f"not listed by /v1/models (it lists {', '.join(sorted(ids)[:5])}{', ...' if len(ids) > 5 else ''})"
