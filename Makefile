@@ -32,6 +32,7 @@ JSON ?=
 NO_REJUDGE ?=
 PRESET ?= s
 PILOT ?=
+PYTEST_ARGS ?=
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
@@ -163,7 +164,7 @@ doctor:  ## probe each role's endpoint before paying: model, JSON mode, json_sch
 		$(if $(PILOT),--pilot)
 
 test: $(VENV)/.installed browser  ## the offline test-suite (installs what it needs first; a local fake OpenAI server, no key)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadgroup $(PYTEST_ARGS)
 
 bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (~8-15 min; BENCH_ARGS="--conversations conv-26")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.run --config $(CONFIG) $(BENCH_ARGS)

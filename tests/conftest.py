@@ -20,6 +20,16 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``), the tests that share a
+    module-scoped fixture run on one worker, so the fixture (a pipeline run, a bench, a model) is
+    built once instead of once per worker; every other test goes wherever a worker is free."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is not None and any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 @pytest.fixture
 def fake_server():
     with FakeOpenAI() as server:

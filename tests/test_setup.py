@@ -57,7 +57,8 @@ def test_make_test_with_a_fresh_stamp_does_not_install_again(tmp_path):
     out = _make(tmp_path, _bin(tmp_path, chromium="true", chromedriver="true"), "-n", "test", f"VENV={venv}")
     assert out.returncode == 0, out.stderr
     assert "pip install" not in out.stdout
-    assert f"HF_HUB_OFFLINE=1 {venv}/bin/python -m pytest -q" in out.stdout.splitlines()  # the stamped venv's
+    # The stamped venv's python runs the suite, on every core.
+    assert f"HF_HUB_OFFLINE=1 {venv}/bin/python -m pytest -q -n auto --dist loadgroup " in out.stdout.splitlines()
 
 
 def test_make_test_installs_the_browser_packages_when_either_is_missing(tmp_path):

@@ -18,12 +18,14 @@ import string
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import regex
-from nltk.stem import PorterStemmer
 
 from common.core.tabular import describe
+
+if TYPE_CHECKING:
+    from nltk.stem import PorterStemmer
 
 # Upstream treats "and" like an article, so "cats and dogs" matches "dogs, cats". Compiled with
 # the third-party ``regex`` module, as upstream does: its word boundaries differ from ``re``'s
@@ -37,8 +39,11 @@ _REFUSALS = ("no information available", "not mentioned")
 
 @lru_cache(maxsize=1)
 def _stemmer() -> PorterStemmer:
-    # Built lazily so importing this module costs nothing; default mode (NLTK_EXTENSIONS) is
-    # what upstream's bare ``PorterStemmer()`` uses.
+    # Imported and built lazily: importing nltk loads all of it (scipy.stats included, ~2 s), and
+    # every stage process imports this module through the engine, while only 09 computes F1.
+    # The default mode (NLTK_EXTENSIONS) is what upstream's bare ``PorterStemmer()`` uses.
+    from nltk.stem import PorterStemmer
+
     return PorterStemmer()
 
 
