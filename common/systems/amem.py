@@ -36,7 +36,7 @@ from common.core.llm import LLMCallError
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
-from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent
+from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, turn_text
 
 DEFAULTS = {"top_k": 10}
 AMEM_VERSION = "0.2.6"
@@ -144,7 +144,7 @@ def session_notes(session: Session, include_images: bool) -> list[tuple[str, str
     """``(turn id, note content)`` of each turn of a session, in order."""
     out = []
     for t in session.turns:
-        text = t.text + (f" [shares {t.blip_caption}]" if include_images and t.blip_caption else "")
+        text = turn_text(t, include_images)
         out.append((t.dia_id, note_text(t.speaker, text)))
     return out
 
@@ -156,10 +156,7 @@ class AMem(MemorySystem):
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
-        unknown = set(ctx.options) - set(DEFAULTS)
-        if unknown:
-            raise ValueError(f"method.options: unknown amem option(s) {sorted(unknown)} (known: {sorted(DEFAULTS)})")
-        self.opts = {**DEFAULTS, **ctx.options}
+        self.opts = self.options(DEFAULTS)
         self.open: dict[str, Any] = {}
 
     def settings(self) -> dict[str, Any]:

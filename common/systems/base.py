@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
 from common.core.config import Config
-from common.core.schema import Question, RetrievalRow
+from common.core.schema import Question, RetrievalRow, Turn
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
 
@@ -101,6 +101,11 @@ class Context:
         return self.cfg.episodes.include_images
 
 
+def turn_text(turn: Turn, include_images: bool) -> str:
+    """A turn's text as an outside system ingests it: the image caption appended when images are on."""
+    return turn.text + (f" [shares {turn.blip_caption}]" if include_images and turn.blip_caption else "")
+
+
 class MemorySystem:
     """Subclass this; ``search`` is the one method a system must write.
 
@@ -117,6 +122,14 @@ class MemorySystem:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+
+    def options(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """``defaults`` updated with ``method.options``; an option the system does not know is refused."""
+        unknown = set(self.ctx.options) - set(defaults)
+        if unknown:
+            raise ValueError(f"method.options: unknown {self.name} option(s) {sorted(unknown)} "
+                             f"(known: {sorted(defaults)})")
+        return {**defaults, **self.ctx.options}
 
     # ---- what the harness asks
     def settings(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from common.core.llm import LLMCallError
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
-from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent
+from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, turn_text
 
 DEFAULTS = {"top_k": 10, "batch_size": 2, "threshold": 0.1, "instructions": "mem0_locomo_instructions"}
 EXTRACTION_PROMPT_TOKENS = 7606  # mem0ai 2.2.1's ADDITIVE_EXTRACTION_PROMPT (o200k), for the dry run
@@ -108,7 +108,7 @@ def speakers(view: MemoryView) -> list[str]:
 def session_messages(session: Session, me: str, include_images: bool) -> list[dict[str, Any]]:
     out = []
     for t in session.turns:
-        text = t.text + (f" [shares {t.blip_caption}]" if include_images and t.blip_caption else "")
+        text = turn_text(t, include_images)
         out.append({"role": "user" if t.speaker == me else "assistant", "content": f"{t.speaker}: {text}",
                     "dia_id": t.dia_id})
     return out
@@ -121,10 +121,7 @@ class Mem0(MemorySystem):
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
-        unknown = set(ctx.options) - set(DEFAULTS)
-        if unknown:
-            raise ValueError(f"method.options: unknown mem0 option(s) {sorted(unknown)} (known: {sorted(DEFAULTS)})")
-        self.opts = {**DEFAULTS, **ctx.options}
+        self.opts = self.options(DEFAULTS)
         self.open: dict[str, Any] = {}
 
     def settings(self) -> dict[str, Any]:
