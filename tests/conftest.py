@@ -36,6 +36,17 @@ def fake_server():
         yield server
 
 
+@pytest.fixture(scope="session")
+def shared_embeddings(tmp_path_factory) -> str:
+    """One embedding cache for the ``make`` end-to-end runs on the fixtures (per pytest-xdist worker).
+
+    Those runs embed the same fixture texts with the same model, and a stage whose texts are all
+    cached never loads the model (~10 s per process, twice per pipeline). Vectors are keyed by model
+    and text, so sharing changes no artifact, only how often the model is loaded; tests that check
+    the embedding counters or the model loading keep their own cache (``run_overrides``'s)."""
+    return str(tmp_path_factory.getbasetemp() / "shared_embeddings.sqlite")
+
+
 @pytest.fixture
 def real_locomo() -> Path:
     if not REAL_LOCOMO.exists():

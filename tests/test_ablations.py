@@ -86,8 +86,9 @@ def test_subset_with_an_unknown_id_is_refused_before_any_artifact(tmp_path):
     assert not (tmp_path / "results" / "locomo" / "t" / "01_questions.jsonl").exists()
 
 
-def test_make_ablations_runs_every_variant_reusing_cached_work(tmp_path, fake_server):
-    sets = " ".join(s for s in run_overrides(tmp_path, TINY_LOCOMO) if not s.startswith("run.name"))
+def test_make_ablations_runs_every_variant_reusing_cached_work(tmp_path, fake_server, shared_embeddings):
+    sets = " ".join(s for s in run_overrides(tmp_path, TINY_LOCOMO, **{"embedding.cache_path": shared_embeddings})
+                    if not s.startswith("run.name"))
     cmd = ["make", "-s", "ablations", f"PY={sys.executable}", f"SUBSET={_subset(tmp_path)}", f"SET={sets}"]
     done = subprocess.run(cmd, cwd=REPO, env=_env(fake_server), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -407,9 +407,9 @@ def _env(server) -> dict[str, str]:
     ("longmemeval", "LME_CONFIG", "configs/longmemeval_code.yaml", LME_TINY, "longmemeval"),
 ])
 def test_make_code_config_end_to_end_resumes_free_with_the_new_roles_in_the_ledger(
-        tmp_path, fake_server, target, var, config, data, benchmark):
+        tmp_path, fake_server, shared_embeddings, target, var, config, data, benchmark):
     cmd = ["make", "-s", target, f"PY={sys.executable}", f"{var}={config}",
-           f"SET={' '.join(run_overrides(tmp_path, data))}"]
+           f"SET={' '.join(run_overrides(tmp_path, data, **{'embedding.cache_path': shared_embeddings}))}"]
     first = subprocess.run(cmd, cwd=REPO, env=_env(fake_server), capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]
     run_dir = tmp_path / "results" / benchmark / "t"

@@ -28,8 +28,8 @@ def make_env(server) -> dict[str, str]:
     return env
 
 
-def test_make_locomo_on_fixture_then_rerun_makes_zero_requests(tmp_path, fake_server):
-    sets = " ".join(run_overrides(tmp_path, TINY_LOCOMO))
+def test_make_locomo_on_fixture_then_rerun_makes_zero_requests(tmp_path, fake_server, shared_embeddings):
+    sets = " ".join(run_overrides(tmp_path, TINY_LOCOMO, **{"embedding.cache_path": shared_embeddings}))
     cmd = ["make", "-s", "locomo", f"PY={sys.executable}", f"SET={sets}"]
     first = subprocess.run(cmd, cwd=REPO, env=make_env(fake_server), capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]

@@ -24,10 +24,11 @@ def run_stages(sets: list[str], stages: list[str] = ORDER) -> Run:
     return conftest.run_stages("configs/longmemeval.yaml", sets, stages)
 
 
-def test_make_longmemeval_on_fixture_then_rerun_makes_zero_requests(tmp_path, fake_server):
+def test_make_longmemeval_on_fixture_then_rerun_makes_zero_requests(tmp_path, fake_server, shared_embeddings):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
     env["OPENAI_BASE_URL"] = fake_server.base_url
-    cmd = ["make", "-s", "longmemeval", f"PY={sys.executable}", f"SET={' '.join(run_overrides(tmp_path, TINY))}"]
+    sets = run_overrides(tmp_path, TINY, **{"embedding.cache_path": shared_embeddings})
+    cmd = ["make", "-s", "longmemeval", f"PY={sys.executable}", f"SET={' '.join(sets)}"]
     first = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-2000:]
     run_dir = tmp_path / "results" / "longmemeval" / "t"

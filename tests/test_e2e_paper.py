@@ -47,11 +47,12 @@ def _recount(run_dir: Path, judge: str, benchmark: str) -> dict[str, tuple[int, 
 
 
 @pytest.mark.slow
-def test_paper_targets_produce_every_table_and_figure_traceable_to_artifacts(tmp_path, fake_server):
+def test_paper_targets_produce_every_table_and_figure_traceable_to_artifacts(tmp_path, fake_server, shared_embeddings):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
     env["OPENAI_BASE_URL"] = fake_server.base_url
     results = tmp_path / "results"
-    common = [s for s in run_overrides(tmp_path, TINY_LOCOMO) if not s.startswith(("run.name", "data.path"))]
+    common = [s for s in run_overrides(tmp_path, TINY_LOCOMO, **{"embedding.cache_path": shared_embeddings})
+              if not s.startswith(("run.name", "data.path"))]
     judge2 = ["models.judge.model=qwen3-32B", "judge.name=qwen3-32b", f"models.judge.base_url={fake_server.base_url}"]
     subset = tmp_path / "subset.yaml"
     subset.write_text(yaml.safe_dump({"name": "tiny", "question_ids": TINY_IDS}))
@@ -59,7 +60,9 @@ def test_paper_targets_produce_every_table_and_figure_traceable_to_artifacts(tmp
     for target, data in (("locomo", TINY_LOCOMO), ("longmemeval", LME_TINY)):
         sets = " ".join(common + [f"data.path={data}"])
         _make(target, env, RUN="paper", SET=sets)
-        _make(target, env, RUN="paper", SET=" ".join(common + [f"data.path={data}"] + judge2))
+        # The second judge re-judges the same answers: stages 08 and 09 alone (as `make judge2`).
+        for stage in ("08_judge", "09_aggregate"):
+            _make(f"{target}-{stage}", env, RUN="paper", SET=" ".join(common + [f"data.path={data}"] + judge2))
     loc = " ".join(common + [f"data.path={TINY_LOCOMO}"])
     _make("ablations", env, SUBSET=str(subset), SET=loc)
     _make("baselines", env, SET=loc)

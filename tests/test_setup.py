@@ -95,5 +95,6 @@ def test_ci_sets_up_through_make_lint_and_make_test_only():
     script = (REPO / ".ci" / "run").read_text()
     commands = [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     # `make docs` is a check (the strict site build), not set-up; it needs the environment `make lint` made.
-    assert [c.split()[:2] for c in commands if c.startswith("make")] == [["make", "lint"], ["make", "docs"], ["make", "test"]]
+    made = [c.split()[:2] for c in commands if c.startswith("make")]
+    assert made == [["make", "lint"], ["make", "docs"], ["make", "test"]]
     assert not any(re.search(r"\b(apt-get|pip|venv)\b", c) for c in commands if "VENV=" not in c)
