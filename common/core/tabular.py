@@ -9,6 +9,11 @@ import numpy as np
 import pandas as pd
 
 
+def format_percent(x: Optional[float], digits: int = 1, missing: str = "n/a") -> str:
+    """A fraction as a percentage with ``digits`` decimals (``0.906`` -> ``90.6``); ``missing`` for None."""
+    return missing if x is None else f"{100 * x:.{digits}f}"
+
+
 def format_accuracy(summary: dict[str, Any]) -> str:
     """``90.6 (1395/1540)``: every percentage carries its k/n."""
     if summary.get("accuracy") is None:

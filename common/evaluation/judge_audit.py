@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from common.core.tabular import format_accuracy
+from common.core.tabular import format_percent as _pct
 from common.evaluation.labels import RunLabels
 from common.evaluation.stats import accuracy_with_ci, judge_agreement
 
@@ -93,10 +94,6 @@ def _acc(s: dict[str, Any]) -> str:
     ci = s.get("ci") or {}
     band = f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci.get("low") is not None else ""
     return format_accuracy(s).replace(" (", f"{band} (", 1)
-
-
-def _pct(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}"
 
 
 def _kappa(ag: Optional[dict[str, Any]]) -> str:

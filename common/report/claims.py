@@ -42,7 +42,7 @@ import yaml
 from common.core import artifacts
 from common.core.config import ConfigError, load_config, resolve_path
 from common.core.io import ArtifactError, read_jsonl, write_json
-from common.core.tabular import describe, write_table
+from common.core.tabular import describe, format_percent, write_table
 from common.core.tokens import count_tokens
 from common.evaluation import audited
 from common.evaluation.claims import Claim, load_claims
@@ -61,7 +61,7 @@ DASH = "—"
 
 # ----------------------------------------------------------------------------- small helpers
 def _pct(x: Optional[float], digits: int = 2) -> str:
-    return DASH if x is None else f"{100 * x:.{digits}f}"
+    return format_percent(x, digits, DASH)
 
 
 def _cell(k: int, n: int, source: str, **extra: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from common.core.io import ArtifactError, write_json
+from common.core.tabular import format_percent as _pct
 from common.evaluation.labels import RunLabels, category_order, load_labels, run_benchmark, run_judges
 from common.evaluation.loss import CLASSES as LOSS_CLASSES
 from common.evaluation.loss import decompose as loss_decomposition
@@ -175,10 +176,6 @@ def compare_judges(a: RunLabels, b: RunLabels, failures: Failures = "strict") ->
 
 
 # ----------------------------------------------------------------------------- rendering
-def _pct(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}"
-
-
 def _acc(s: dict[str, Any]) -> str:
     """``75.0 [50.0, 91.7; cl 41.7, 95.0] (9/12)``: question bootstrap CI, then the cluster one when defined."""
     clustered = s.get("ci_cluster") or {}

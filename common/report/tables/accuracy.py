@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from common.core.config import ConfigError
+from common.core.tabular import format_percent as _pct
 from common.evaluation.adversarial import abstains
 from common.evaluation.metrics import accuracy
 from common.evaluation.repeats import n_runs, row_labels, runs_block
@@ -182,10 +183,6 @@ def _check(run: RunData, metric: str, stored: Any, recount: Any, what: str) -> N
 
 def _group(block: dict[str, Any], key: str, group: Optional[str]) -> Optional[dict[str, Any]]:
     return block.get("overall") if group is None else (block.get(key) or {}).get(group)
-
-
-def _pct(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}"
 
 
 def _runs_rows(run: RunData, judge: str, ref: str, method: str, block: dict[str, Any], key: str,
