@@ -36,6 +36,33 @@ def fake_server():
         yield server
 
 
+def block_sockets_except(monkeypatch, base_url: str) -> list:
+    """Refuse every connection and name lookup but ``base_url``'s host and port; returns the list
+    of attempts (addresses, or refused host names) for the test to check."""
+    import socket
+    from urllib.parse import urlparse
+
+    allowed = (urlparse(base_url).hostname, urlparse(base_url).port)
+    attempts: list = []
+    real_connect, real_lookup = socket.socket.connect, socket.getaddrinfo
+
+    def connect(self, address):
+        attempts.append(address)
+        if not (isinstance(address, tuple) and (address[0], address[1]) == allowed):
+            raise OSError(f"blocked by the test: {address}")
+        return real_connect(self, address)
+
+    def lookup(host, *args, **kwargs):
+        if host not in ("127.0.0.1", "localhost", allowed[0]):
+            attempts.append(host)
+            raise socket.gaierror(f"blocked by the test: {host}")
+        return real_lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    return attempts
+
+
 @pytest.fixture(scope="session")
 def shared_embeddings(tmp_path_factory) -> str:
     """One embedding cache for the ``make`` end-to-end runs on the fixtures (per pytest-xdist worker).

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 from common.core.config import load_config
 from common.pipeline import dryrun, ledger
 from common.systems.base import Found, MemorySystem, Spent
-from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages
+from tests.conftest import REPO, TINY_LOCOMO, block_sockets_except, rows, run_overrides, run_stages
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("agentic_memory") is None,
                                 reason="a-mem not installed (make install installs requirements-systems.txt)")
@@ -81,23 +80,7 @@ def test_a_failed_call_fails_the_memory_instead_of_an_empty_note(tmp_path, fake_
 def test_amem_makes_no_network_call_but_the_configured_endpoint(tmp_path, fake_server, monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
     allowed = (urlparse(fake_server.base_url).hostname, urlparse(fake_server.base_url).port)
-    attempts = []
-    real_connect, real_lookup = socket.socket.connect, socket.getaddrinfo
-
-    def connect(self, address):
-        attempts.append(address)
-        if not (isinstance(address, tuple) and (address[0], address[1]) == allowed):
-            raise OSError(f"blocked by the test: {address}")
-        return real_connect(self, address)
-
-    def lookup(host, *args, **kwargs):
-        if host not in ("127.0.0.1", "localhost", allowed[0]):
-            attempts.append(host)
-            raise socket.gaierror(f"blocked by the test: {host}")
-        return real_lookup(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    attempts = block_sockets_except(monkeypatch, fake_server.base_url)
     run = run_stages("configs/locomo.yaml", amem_sets(tmp_path), UP_TO_06 + ["answer"])
     assert len(rows(run.path("answers"))) == 11
     assert attempts and set(attempts) == {allowed}, f"connections besides the endpoint: {set(attempts)}"
