@@ -125,6 +125,12 @@ class Gold:
     # LongMemEval: gold sessions and the dia_ids of turns flagged has_answer (any role).
     answer_session_ids: list[str] = field(default_factory=list)
     has_answer: list[str] = field(default_factory=list)
+    # BEAM: the question's rubric items and its ability-specific fields (ordering_tested, difficulty, ...).
+    rubric: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    # Left out of 01_gold.jsonl while empty, so LoCoMo and LongMemEval gold rows stay byte-identical.
+    OMIT_EMPTY: ClassVar[tuple[str, ...]] = ("rubric", "details")
 
 
 # --------------------------------------------------------------------------- 02 episodes
