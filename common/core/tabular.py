@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import pandas as pd
 
 
 def format_percent(x: Optional[float], digits: int = 1, missing: str = "n/a") -> str:
@@ -33,6 +32,8 @@ def describe(values: Sequence[float]) -> dict[str, Optional[float]]:
 
 def write_table(rows: list[dict[str, str]], md_path: Path, title: str) -> list[Path]:
     """One Markdown and one CSV file with the same rows."""
+    import pandas as pd  # imported here: every stage process imports this module, few write tables
+
     df = pd.DataFrame(rows)
     md_path.parent.mkdir(parents=True, exist_ok=True)
     header = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
