@@ -368,6 +368,7 @@ def aggregate(run: Run) -> None:
     if not judges:
         raise FileNotFoundError(f"no 08_judge_*.jsonl in {run.dir}: run the judge stage first")
     metrics = scorer.aggregate(run, judges)
+    metrics["method"] = {"name": run.cfg.method.name, "label": scoring.method_label(run.cfg, metrics)}
     run_fp = check_protocol(run)
     metrics["fingerprint"] = {"run": run_fp, "judges": {j: fingerprint.stored(run.dir, f"judge:{j}") for j in judges},
                               "file": fingerprint.FILE}
