@@ -1,6 +1,8 @@
 """A new user's first day: runs say what ran and what they did, stops say why, commands run as shown."""
 from __future__ import annotations
 
+import pytest
+
 from common.core.config import load_config
 
 
@@ -14,3 +16,21 @@ def test_method_label_names_systems_and_user_classes():
         assert method_label(cfg) == want
     lme = load_config(["configs/longmemeval.yaml"], ["method.name=my.pkg:Mine", "run.name=x"])
     assert method_label(lme) == "my.pkg:Mine (this harness, run x)"
+
+
+# ----------------------------------------------------------------------------- why a stage stopped
+def test_a_stage_stopped_by_its_error_rate_names_the_cause_and_the_missing_v1(monkeypatch, tmp_path):
+    from common.pipeline.engine import StageFailed
+    from tests.conftest import TINY_LOCOMO, run_overrides, run_stages
+    from tests.fake_openai import Capabilities, FakeOpenAI
+
+    with FakeOpenAI(capabilities=Capabilities(v1_only=True)) as server:
+        root = server.base_url.removesuffix("/v1")  # a base URL without /v1: every call is a 404
+        monkeypatch.setenv("OPENAI_BASE_URL", root)
+        monkeypatch.delenv("OPENAI_BASE_URLS", raising=False)
+        sets = run_overrides(tmp_path, TINY_LOCOMO, **{"data.memories": "[tiny-1]"})
+        with pytest.raises(StageFailed) as err:
+            run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes"])
+    message = str(err.value)
+    assert "most failed with http_404" in message
+    assert "has no /v1" in message and f"try {root}/v1" in message

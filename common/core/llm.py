@@ -261,6 +261,9 @@ def _failure_cause(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+failure_cause = _failure_cause  # the cause names of LLMCallError, for messages outside the client
+
+
 def _checked(call: Callable[[], R]) -> R:
     """Run one SDK request, turning an unparsable 200 body into a retryable ``BadResponse``.
 

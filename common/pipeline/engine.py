@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -26,7 +26,8 @@ from common.core.batch import BatchOptions
 from common.core.config import ROLES, Config, resolve_path
 from common.core.embeddings import Embedder
 from common.core.io import StageWriter, content_digest, read_jsonl, sha256_file, write_json, write_manifest
-from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy
+from common.core.endpoints import cause_hint
+from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy, resolve_endpoint
 from common.core.schema import Episode, PartitionRow, Question, Session, from_dict, to_dict
 from common.evaluation.scoring import POLICIES
 from common.method.render import MemoryView
@@ -169,8 +170,35 @@ def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn:
     summary_line(name, rows, writer.resumed, len(todo), n_failed, out, started, llm)
     if rows and n_failed / len(rows) > run.cfg.run.max_error_rate:
         raise StageFailed(f"{name}: {n_failed}/{len(rows)} rows failed (> run.max_error_rate "
-                          f"{run.cfg.run.max_error_rate}); rerun to retry only the failed rows' calls")
+                          f"{run.cfg.run.max_error_rate}){dominant_cause(run, role, [r for r in rows if failed(r)])}; "
+                          "rerun to retry only the failed rows' calls")
     return rows
+
+
+def error_cause(row: dict[str, Any]) -> str:
+    """The cause of a failed row: the head of its ``<cause>: <detail>`` error (a judge row without
+    an answer: the answer's cause)."""
+    error = str(row.get("error") or row.get("fallback_error") or "")
+    head, _, rest = error.partition(":")
+    if head.strip() == "no_answer":
+        head = rest.strip().partition(":")[0]
+    return head.strip() or "unknown"
+
+
+def dominant_cause(run: Run, role: str | None, failed_rows: list[dict[str, Any]]) -> str:
+    """"; most rows: <cause> (k of n): <hint>" for a stage that stops on its error rate, or ""."""
+    causes = Counter(error_cause(r) for r in failed_rows)
+    if not causes:
+        return ""
+    cause, k = causes.most_common(1)[0]
+    url = ""
+    if role:
+        try:
+            url = resolve_endpoint(run.cfg.role(role))[0]
+        except (EndpointNotConfigured, ValueError):
+            pass
+    hint = cause_hint(cause, url)
+    return f"; most failed with {cause} ({k} of {len(failed_rows)} rows){': ' + hint if hint else ''}"
 
 
 def summary_line(name: str, rows: list, resumed: int, new: int, failed: int, out: Path, started: float,
