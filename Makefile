@@ -34,6 +34,13 @@ PRESET ?= s
 PILOT ?=
 PYTEST_ARGS ?=
 
+# One id per `make` command, so the stages it runs add up to one invocation in the summary the
+# last one prints (common/pipeline/invocation.py); a sub-make keeps its parent's id.
+ifndef HARNESS_INVOCATION
+HARNESS_INVOCATION := make-$(shell date +%s%N)-$(shell echo $$PPID)
+endif
+export HARNESS_INVOCATION
+
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
@@ -83,11 +90,11 @@ data/longmemeval_%.json:
 
 longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=first N questions, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
-	else for s in $(STAGES); do $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
+	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
 
 locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT=N per conversation, MEMORIES=conv ids, SET="k=v ...", DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LoCoMo.01_preprocess $(ARGS) --dry-run; \
-	else for s in $(STAGES); do $(PY) -m LoCoMo.$$s $(ARGS); done; fi
+	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LoCoMo.$$s $(ARGS); done; fi
 
 stages:  ## the stage graph: id, files read and written, LLM role, gold access
 	@$(PY) -m common.pipeline.graph table

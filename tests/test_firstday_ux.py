@@ -34,3 +34,39 @@ def test_a_stage_stopped_by_its_error_rate_names_the_cause_and_the_missing_v1(mo
     message = str(err.value)
     assert "most failed with http_404" in message
     assert "has no /v1" in message and f"try {root}/v1" in message
+
+
+# ----------------------------------------------------------------------------- what this invocation did
+def _stage(monkeypatch, capsys, script: str, sets: list[str], invocation: str) -> str:
+    import sys
+
+    from common.pipeline import engine
+
+    monkeypatch.setenv("HARNESS_INVOCATION", invocation)
+    monkeypatch.setattr(sys, "argv", [script] + [a for s in sets for a in ("--set", s)])
+    engine.main(script, "locomo")
+    return capsys.readouterr().out
+
+
+def test_each_invocation_says_what_it_did_and_a_rerun_says_it_made_no_call(monkeypatch, capsys, tmp_path):
+    from tests.conftest import TINY_LOCOMO, run_overrides
+    from tests.fake_openai import FakeOpenAI
+
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{"data.memories": "[tiny-1]", "run.name": "inv"})
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.delenv("OPENAI_BASE_URLS", raising=False)
+        monkeypatch.setenv("HARNESS_SUMMARY_AT", "02_episodes")  # as `make locomo` names its last stage
+        first = _stage(monkeypatch, capsys, "01_preprocess", sets, "one")
+        assert "This invocation" not in first  # not the invocation's last stage
+        first = _stage(monkeypatch, capsys, "02_episodes", sets, "one")
+        paid = server.request_count
+        assert paid > 0
+        assert f"This invocation made {paid} new LLM calls ($" in first
+        assert "stages: 01_preprocess, 02_episodes" in first
+        assert "report: make report RUN=inv" in first and str(tmp_path / "results" / "locomo" / "inv") in first
+        monkeypatch.delenv("HARNESS_SUMMARY_AT")
+        again = _stage(monkeypatch, capsys, "02_episodes", sets, "two")
+        assert server.request_count == paid
+        assert "This invocation made no LLM call (everything was already in the run's files, $0 spent now)" in again
+        assert "stages: 02_episodes." in again

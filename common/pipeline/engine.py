@@ -25,12 +25,13 @@ from common.core import artifacts, fingerprint
 from common.core.batch import BatchOptions
 from common.core.config import ROLES, Config, resolve_path
 from common.core.embeddings import Embedder
-from common.core.io import StageWriter, content_digest, read_jsonl, sha256_file, write_json, write_manifest
 from common.core.endpoints import cause_hint
+from common.core.io import StageWriter, content_digest, read_jsonl, sha256_file, write_json, write_manifest
 from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy, resolve_endpoint
 from common.core.schema import Episode, PartitionRow, Question, Session, from_dict, to_dict
 from common.evaluation.scoring import POLICIES
 from common.method.render import MemoryView
+from common.pipeline import invocation
 from common.pipeline.cli import parse
 from common.pipeline.graph import STAGES, Stage, by_name
 from common.systems.registry import uses_stage
@@ -314,4 +315,7 @@ def main(stage: str, benchmark: str, doc: Optional[str] = None) -> None:
         sys.exit(f"error: {exc}")
     except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
         log.debug("stage failed", exc_info=True)
+        if run._client is not None:  # calls were made (and paid) before it stopped: say so
+            invocation.finish(run, by_name(stage).id, stopped=True)
         sys.exit(f"error: {' '.join(str(exc).split())}")
+    invocation.finish(run, by_name(stage).id)

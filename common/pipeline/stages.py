@@ -380,8 +380,8 @@ def aggregate(run: Run) -> None:
     outs = scorer.write_tables(run, metrics) + ledger_files
     manifest(run, ID["aggregate"], inputs=[run.judge_path(j) for j in judges] + [run.path("answers")],
              outputs=[run.path("metrics"), *outs], rows=len(judges), started=started)
-    for path in outs:
-        if path.suffix == ".md":
+    for path in outs:  # the tables; the ledger stays in its file (the invocation summary says what was paid)
+        if path.suffix == ".md" and path.name != "ledger.md":
             print(path.read_text(encoding="utf-8"))
     if metrics["coverage"].get("warning"):
         print(f"WARNING: {metrics['coverage']['warning']}", flush=True)
