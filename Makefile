@@ -37,7 +37,7 @@ PYTEST_ARGS ?=
 # One id per `make` command, so the stages it runs add up to one invocation in the summary the
 # last one prints (common/pipeline/invocation.py); a sub-make keeps its parent's id.
 ifndef HARNESS_INVOCATION
-HARNESS_INVOCATION := make-$(shell date +%s%N)-$(shell echo $$PPID)
+HARNESS_INVOCATION := make-$(shell PATH="$$PATH:/usr/bin:/bin"; date +%s%N)
 endif
 export HARNESS_INVOCATION
 
@@ -62,9 +62,19 @@ install:  ## create .venv and install the pinned requirements (and the demo's pa
 	$(VENV)/bin/pip install -q -r requirements.txt
 	$(VENV)/bin/pip install -q --no-deps -r requirements-demo.txt
 	$(VENV)/bin/pip install -q --no-deps -r requirements-systems.txt
-	touch $(VENV)/.installed
+	cat $(REQUIREMENTS) | cksum > $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-demo.txt requirements-systems.txt
+# The stamp holds a checksum of the requirement files' contents, not a time: a fresh clone writes
+# every file at checkout time (newer than a venv made before it), which is no reason to reinstall.
+REQUIREMENTS = requirements.txt requirements-demo.txt requirements-systems.txt
+# An empty stamp (made by `touch` before) still counts while it is newer than every requirement file.
+req-sum = $(shell PATH="$$PATH:/usr/bin:/bin"; cat $(REQUIREMENTS) | cksum)
+stamp-sum = $(if $(wildcard $(VENV)/.installed),$(file <$(VENV)/.installed))
+stamp-legacy = $(and $(wildcard $(VENV)/.installed),$(if $(stamp-sum),,empty),\
+  $(shell for f in $(REQUIREMENTS); do [ $(VENV)/.installed -nt $$f ] || exit 0; done; echo fresh))
+stamp-stale = $(if $(filter-out $(stamp-sum),$(req-sum)),$(if $(stamp-legacy),,stale))
+.PHONY: stamp-stale
+$(VENV)/.installed: $(if $(stamp-stale),stamp-stale)
 	$(MAKE) install VENV=$(VENV)
 
 DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(MEMORIES),--conversation $(MEMORIES)) $(foreach s,$(SET),--set $(s))
