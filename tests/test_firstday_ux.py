@@ -70,3 +70,24 @@ def test_each_invocation_says_what_it_did_and_a_rerun_says_it_made_no_call(monke
         assert server.request_count == paid
         assert "This invocation made no LLM call (everything was already in the run's files, $0 spent now)" in again
         assert "stages: 02_episodes." in again
+
+
+# ----------------------------------------------------------------------------- where things are
+USER_VARIABLES = ("CONFIG", "RUN", "MEMORIES", "LIMIT", "SET", "DRY_RUN", "LOCOMO_JSON", "LONGMEMEVAL_JSON",
+                  "BEAM_DIR", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_BASE_URLS", "VENV")
+
+
+def test_make_help_lists_every_variable_a_user_sets_and_the_readme_names_the_data_paths():
+    import subprocess
+
+    from tests.conftest import REPO
+
+    out = subprocess.run(["make", "--no-print-directory", "help"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    described = {line.split()[0]: line for line in out.split("Variables", 1)[1].splitlines()[1:] if line.strip()}
+    for var in USER_VARIABLES:
+        assert var in described and len(described[var].split()) > 3, var
+    readme = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    at = next(i for i, ln in enumerate(readme) if ln.startswith("make data "))
+    beside = " ".join(readme[at:at + 2])  # the command's line and its continued comment
+    assert all(var in beside for var in ("LOCOMO_JSON", "LONGMEMEVAL_JSON", "BEAM_DIR")), beside

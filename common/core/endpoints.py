@@ -159,7 +159,7 @@ def cause_hint(cause: str, url: str = "") -> str:
                     f"try {url.rstrip('/')}/v1")
         return "the server does not know this model or path: check the model name (make doctor lists the models)"
     if cause in ("http_401", "http_403"):
-        return "the key was refused: check OPENAI_API_KEY (or the role's api_key_env)"
+        return "the key was refused: check OPENAI_API_KEY"
     if cause == "http_429":
         return "rate limited: lower llm.concurrency, or run again later (only the failed rows are redone)"
     if cause == "connection":
