@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from common.core.config import load_config
+from common.systems.base import Found, MemorySystem, Spent
 
 
 # ----------------------------------------------------------------------------- the method that ran
@@ -91,3 +92,60 @@ def test_make_help_lists_every_variable_a_user_sets_and_the_readme_names_the_dat
     at = next(i for i, ln in enumerate(readme) if ln.startswith("make data "))
     beside = " ".join(readme[at:at + 2])  # the command's line and its continued comment
     assert all(var in beside for var in ("LOCOMO_JSON", "LONGMEMEVAL_JSON", "BEAM_DIR")), beside
+
+
+# ----------------------------------------------------------------------------- progress
+def test_progress_bars_are_drawn_on_a_terminal_only_and_never_in_ci(monkeypatch):
+    import sys
+
+    from common.core import progress
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert progress.interactive()
+    for ci in ("true", "1", "yes"):
+        monkeypatch.setenv("CI", ci)
+        assert not progress.interactive()
+    monkeypatch.setenv("CI", "false")
+    assert progress.interactive()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    assert not progress.interactive()
+    assert progress.bar(range(10), desc="x").disable
+
+
+class Ticking(MemorySystem):
+    """Ingests nothing but says so session by session, as mem0 and A-MEM do."""
+
+    def ingest(self, view, state_dir):
+        for _ in view.sessions:
+            self.ctx.advance(1)
+        return Spent()
+
+    def search(self, question, view):
+        return Found([])
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_index_build_and_a_systems_ingestion_show_a_bar_on_a_terminal(monkeypatch, capsys, tmp_path, terminal):
+    from common.core import progress
+    from common.pipeline.engine import Run
+    from common.pipeline.graph import by_name
+    from tests.conftest import TINY_LOCOMO, run_overrides
+    from tests.fake_openai import FakeOpenAI
+
+    monkeypatch.setattr(progress, "interactive", lambda: terminal)
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        base = run_overrides(tmp_path, TINY_LOCOMO, **{"embedding.backend": "openai", "embedding.model": "fake-embed"})
+        ensimem = Run(load_config(["configs/locomo.yaml"], base), progress=progress.interactive())
+        for stage in ("preprocess", "episodes", "extract", "index"):
+            by_name(stage).resolve()(ensimem)
+        index_err = capsys.readouterr().err
+        ticking = Run(load_config(["configs/locomo.yaml"], [*base, "run.name=tick",
+                                                             "method.name=tests.test_firstday_ux:Ticking"]),
+                      progress=progress.interactive())
+        for stage in ("preprocess", "retrieve"):
+            by_name(stage).resolve()(ticking)
+        ingest_err = capsys.readouterr().err
+    assert ("04_index" in index_err and "memory" in index_err) is terminal
+    assert ("06_retrieve ingest" in ingest_err and "/4 [" in ingest_err and "session" in ingest_err) is terminal

@@ -585,9 +585,9 @@ class LLMClient:
         With batch roles, items whose calls were queued for a batch (``BatchDeferred``) are run
         again once the batch has answered, until every item has yielded.
         """
-        from tqdm import tqdm
+        from common.core.progress import bar as progress_bar
 
-        bar = tqdm(total=len(items), desc=desc, disable=not progress or len(items) < 2, leave=False)
+        bar = progress_bar(total=len(items), desc=desc, enabled=progress)
         todo = list(items)
         try:
             while todo:

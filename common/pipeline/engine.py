@@ -11,17 +11,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from tqdm import tqdm
-
 from common.benchmarks.registry import adapter
-from common.core import artifacts, fingerprint
+from common.core import artifacts, fingerprint, progress
 from common.core.batch import BatchOptions
 from common.core.config import ROLES, Config, resolve_path
 from common.core.embeddings import Embedder
@@ -157,7 +154,7 @@ def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn:
             row.input_digest = current[key_fn(item)]
             return row
     done = client.map(work, todo, desc=name, progress=run.progress) if client else (
-        (i, work(i)) for i in tqdm(todo, desc=name, disable=not run.progress or len(todo) < 2, leave=False))
+        (i, work(i)) for i in progress.bar(todo, desc=name, enabled=run.progress))
     try:
         for _, row in done:
             writer.write(to_dict(row))
@@ -308,7 +305,7 @@ def run_pipeline(run: Run, stages: Optional[tuple[Stage, ...]] = None) -> None:
 def main(stage: str, benchmark: str, doc: Optional[str] = None) -> None:
     """Entry point of every numbered script: parse, run one stage, one-line errors."""
     cfg, args = parse(doc or "", benchmark)
-    run = Run(cfg, force=args.force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
+    run = Run(cfg, force=args.force, progress=progress.interactive())
     try:
         run_stage(run, stage)
     except EndpointNotConfigured as exc:

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
-from common.core import artifacts, fingerprint
+from common.core import artifacts, fingerprint, progress
 from common.core.config import to_yaml
 from common.core.io import read_jsonl, write_json, write_jsonl
 from common.core.llm import LLMClient
@@ -138,7 +138,7 @@ def index(run: Run) -> None:
     settings = {"model": emb.model_id, **dataclasses.asdict(run.cfg.index),
                 "include_images": run.cfg.episodes.include_images, "chunk_format": CHUNK_FORMAT}
     rows, reused = [], 0
-    for mid in views:
+    for mid in progress.bar(list(views), desc=ID["index"], unit="memory", enabled=run.progress):
         fp = index_fingerprint(eps_by[mid], recs_by[mid], settings)
         directory = run.dir / ID["index"] / mid
         if old.get(mid, {}).get("fingerprint") == fp and (directory / "embeddings.npz").exists():
@@ -264,7 +264,11 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
         return used
 
     first_error: Optional[BaseException] = None
-    with ThreadPoolExecutor(max_workers=max(1, min(run.cfg.systems.ingest_concurrency, len(todo)))) as pool:
+    sessions = sum(len(views[mid].sessions) for mid, _ in todo)
+    ticks = progress.bar(total=sessions, desc=f"{ID['retrieve']} ingest {system.name}", unit="session",
+                         enabled=run.progress)
+    system.ctx.advance = ticks.update
+    with ticks, ThreadPoolExecutor(max_workers=max(1, min(run.cfg.systems.ingest_concurrency, len(todo)))) as pool:
         futures = [(mid, d, pool.submit(one, mid, d)) for mid, d in todo]
         for mid, d, future in futures:
             try:

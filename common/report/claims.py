@@ -39,7 +39,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from common.core import artifacts
+from common.core import artifacts, progress
 from common.core.config import ConfigError, load_config, resolve_path
 from common.core.io import ArtifactError, read_jsonl, write_json
 from common.core.tabular import describe, format_percent, write_table
@@ -234,7 +234,7 @@ class Rejudge:
             return self.note
         try:
             cfg = self._cfg(run_dir, benchmark, with_errata)
-            run = Run(cfg, progress=False)
+            run = Run(cfg, progress=progress.interactive())
             run_stage(run, "judge")
             with contextlib.redirect_stdout(io.StringIO()):  # its tables would bury the claims table
                 run_stage(run, "aggregate")
