@@ -51,7 +51,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval \
-        claims
+        claims docs-serve
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -214,6 +214,11 @@ lint: $(VENV)/.installed  ## ruff and mypy, configured in pyproject.toml (both m
 
 docs: $(VENV)/.installed  ## the documentation site from docs/ and mkdocs.yml -> site/ (strict: a broken link or a page missing from the nav fails)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/python -m mkdocs build --strict --site-dir site
+
+DOCS_PORT ?= 8000
+docs-serve: docs  ## build the site, then serve site/ on http://127.0.0.1:$(DOCS_PORT)/ (search works there; Ctrl-C stops it)
+	@echo "the docs site: http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C stops the server)"
+	$(VENV)/bin/python -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory site
 
 clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval, or both when BENCH is unset (never the LLM cache)
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 1)
