@@ -29,6 +29,9 @@ B ?=
 JUDGE ?=
 JUDGE_B ?=
 JSON ?=
+FILE ?=
+FORMAT ?=
+CLAIM ?=
 NO_REJUDGE ?=
 PRESET ?= s
 PILOT ?=
@@ -51,7 +54,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval \
-        claims docs-serve
+        claims docs-serve import
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -178,6 +181,11 @@ claims:  ## every published claim and run re-scored -> results/claims/claims.{md
 	$(PY) -m common.report.claims $(if $(RESULTS),--results $(RESULTS)) $(if $(JUDGE),--judge $(JUDGE)) \
 		$(if $(filter-out configs/locomo.yaml,$(CONFIG)),--config $(CONFIG)) $(foreach s,$(SET),--set $(s)) \
 		$(if $(NO_REJUDGE),--no-rejudge)
+
+import:  ## import another system's per-question file as a run: FILE=<file> RUN=<name> [FORMAT=zep|mem0|hindsight|locomo-audit|longmemeval] [CLAIM=<claims.yaml id>] [BENCH=longmemeval] [SET]
+	@test -n "$(FILE)" -a -n "$(RUN)" || (echo "set FILE=<per-question file> RUN=<name> [FORMAT=...] [CLAIM=<claim id>] [BENCH=...]"; exit 2)
+	$(PY) -m common.import_run $(FILE) --run $(RUN) $(if $(FORMAT),--format $(FORMAT)) $(if $(CLAIM),--claim $(CLAIM)) \
+		$(if $(BENCH),--benchmark $(BENCH)) $(foreach s,$(SET),--set $(s))
 
 # The report's browser test drives Debian's chromium through its chromedriver (never a browser a tool
 # downloads); it fails, not skips, without them. Looked up when a recipe needs it, on the PATH make

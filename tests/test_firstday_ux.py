@@ -149,3 +149,68 @@ def test_the_index_build_and_a_systems_ingestion_show_a_bar_on_a_terminal(monkey
         ingest_err = capsys.readouterr().err
     assert ("04_index" in index_err and "memory" in index_err) is terminal
     assert ("06_retrieve ingest" in ingest_err and "/4 [" in ingest_err and "session" in ingest_err) is terminal
+
+
+# ----------------------------------------------------------------------------- the commands the docs show
+def _doc_files():
+    from tests.conftest import REPO
+
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def _command_lines(text: str) -> list[str]:
+    """Every command of the fenced code blocks: continuations joined, prompts and comments cut,
+    ``a && b`` and ``a; b`` split."""
+    import re
+
+    out: list[str] = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = re.sub(r"(^|\s)#.*$", "", line.strip().removeprefix("$ ")).strip()
+            out += [part.strip() for part in re.split(r"&&|;", line) if part.strip()]
+    return out
+
+
+def test_every_python_command_in_the_docs_runs_without_an_activated_venv():
+    import importlib.util
+    import re
+    import shlex
+
+    bare, missing, checked = [], [], 0
+    for path in _doc_files():
+        text = path.read_text(encoding="utf-8")
+        bare += [f"{path.name}: {m.group(0)}" for m in re.finditer(r"(?<![/\w.])python3? -m \S+", text)]
+        for command in _command_lines(text):
+            if not command.startswith(".venv/bin/python -m "):
+                continue
+            words = shlex.split(command)
+            if words[:2] == [".venv/bin/python", "-m"]:
+                checked += 1
+                if importlib.util.find_spec(words[2]) is None:
+                    missing.append(f"{path.name}: {command}")
+    assert not bare, f"`python -m` works only in an activated venv; write .venv/bin/python -m or a make target: {bare}"
+    assert not missing, f"commands naming modules that do not exist: {missing}"
+    assert checked >= 5
+
+
+def test_every_make_command_in_the_docs_names_a_target_that_runs():
+    import shlex
+    import subprocess
+
+    from common.pipeline.graph import STAGES
+    from tests.conftest import REPO
+
+    stages = " ".join(s.id for s in STAGES)
+    commands = {c for path in _doc_files() for c in _command_lines(path.read_text(encoding="utf-8"))
+                if c.startswith("make ")}
+    assert len(commands) >= 20
+    failed = []
+    for command in sorted(commands):
+        words = shlex.split(command)[1:]
+        out = subprocess.run(["make", "-n", "--no-print-directory", *words, f"STAGES={stages}"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60,
+                             env={**__import__("os").environ, "HARNESS_INVOCATION": "docs-check"})
+        if out.returncode != 0:
+            failed.append(f"{command}: {out.stderr.strip().splitlines()[-1:]}")
+    assert not failed, failed
