@@ -214,3 +214,24 @@ def test_every_make_command_in_the_docs_names_a_target_that_runs():
         if out.returncode != 0:
             failed.append(f"{command}: {out.stderr.strip().splitlines()[-1:]}")
     assert not failed, failed
+
+
+# ----------------------------------------------------------------------------- make claims
+def test_make_claims_lists_the_claims_without_a_run_and_the_command_that_imports_each(tmp_path, capsys):
+    import json
+
+    from common.evaluation.claims import load_claims
+    from common.report import claims as report
+
+    assert report.main(["--results", str(tmp_path / "results"), "--no-rejudge"]) == 0
+    printed = capsys.readouterr().out
+    registered = load_claims()
+    for cid in registered:
+        assert f"CLAIM={cid} RUN={cid}" in printed, cid
+    assert ("`make import FILE=zep_locomo_grades.json FORMAT=zep CLAIM=zep-locomo RUN=zep-locomo` (the file: "
+            "https://raw.githubusercontent.com/getzep/zep-papers/") in printed
+    stored = json.loads((tmp_path / "results" / "claims" / "claims.json").read_text(encoding="utf-8"))
+    assert {m["claim"] for m in stored["claims_without_a_run"]} == set(registered)
+    # A claim that a run of the table backs is not listed.
+    left = report.unimported(registered, [{"claim": {"id": "zep-locomo"}}, {"claim": None}])
+    assert "zep-locomo" not in {m["claim"] for m in left} and len(left) == len(registered) - 1
