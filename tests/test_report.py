@@ -292,3 +292,13 @@ def test_compare_of_two_judges_prints_each_judges_loss_and_their_disagreements(r
     assert "each judge over its own" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("| judge_disagreement"))
     assert [c.strip() for c in line.strip("|").split("|")][1:3] == ["2", "2"]
+
+
+def test_tables_and_report_name_the_method_and_run(runs, tmp_path):
+    table = (runs["b"] / f"table_{JUDGE}.md").read_text(encoding="utf-8")
+    assert "RAG over turns (this harness, run b)" in table and "EnSIMem" not in table
+    assert "EnSIMem (this harness, run a)" in (runs["a"] / f"table_{JUDGE}.md").read_text(encoding="utf-8")
+    assert "EnSIMem (this harness, run a)" in (runs["lme"] / f"table_{JUDGE}.md").read_text(encoding="utf-8")
+    page = build(runs["b"], out=tmp_path / "b.html").read_text(encoding="utf-8")
+    header = page.split("<h1>", 1)[1].split("</h1>", 1)[0]
+    assert "RAG over turns (this harness, run b)" in header

@@ -13,6 +13,7 @@ from tests.conftest import REPO
 
 MAKE = shutil.which("make") or "make"
 APT_INSTALL = "apt-get install -y -qq chromium chromium-driver"
+REQUIREMENTS = ("requirements.txt", "requirements-demo.txt", "requirements-systems.txt")
 
 
 def _bin(tmp_path: Path, **programs: str) -> Path:
@@ -41,7 +42,7 @@ def test_make_test_without_the_stamp_installs_first_and_skips_apt_when_chromium_
     lines = out.stdout.splitlines()
     assert f"python3 -m venv {venv}" in lines
     assert f"{venv}/bin/pip install -q -r requirements.txt" in lines
-    install_done = lines.index(f"touch {venv}/.installed")
+    install_done = lines.index(f"cat {' '.join(REQUIREMENTS)} | cksum > {venv}/.installed")
     pytest_line = next(i for i, line in enumerate(lines) if "-m pytest" in line)
     assert install_done < pytest_line and lines[pytest_line].startswith(f"HF_HUB_OFFLINE=1 {venv}/bin/python ")
     assert "apt-get" not in out.stdout
@@ -98,3 +99,20 @@ def test_ci_sets_up_through_make_lint_and_make_test_only():
     made = [c.split()[:2] for c in commands if c.startswith("make")]
     assert made == [["make", "lint"], ["make", "docs"], ["make", "test"]]
     assert not any(re.search(r"\b(apt-get|pip|venv)\b", c) for c in commands if "VENV=" not in c)
+
+
+def test_a_stamp_is_checked_by_content_not_by_file_times(tmp_path):
+    """After `git clone` every requirement file is newer than a venv made before: not a reason to
+    reinstall. The stamp holds the files' checksum; only a changed file reinstalls."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    checksum = subprocess.run("cat " + " ".join(REQUIREMENTS) + " | cksum", shell=True, cwd=REPO,
+                              capture_output=True, text=True, check=True).stdout
+    bins = _bin(tmp_path, chromium="true", chromedriver="true")
+    for content, installs in ((checksum, False), ("1 2\n", True)):
+        (venv / ".installed").write_text(content)
+        os.utime(venv / ".installed", (1e9, 1e9))  # 2001: older than every checked-out file
+        out = _make(tmp_path, bins, "-n", "docs", f"VENV={venv}")
+        assert out.returncode == 0, out.stderr
+        assert ("pip install" in out.stdout) is installs, content
+        assert f"{venv}/bin/python -m mkdocs build" in out.stdout

@@ -30,6 +30,7 @@ import numpy as np
 
 from common.core import llm as _llm  # module attribute looked up per call: tests patch embed_texts
 from common.core import onnx_embeddings as _onnx
+from common.core import progress
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _DEFAULT_ALIASES = {"all-MiniLM-L6-v2", DEFAULT_MODEL}
-PROGRESS_BAR_MIN_TEXTS = 2000
+PROGRESS_BAR_MIN_TEXTS = progress.MIN_ENCODE_TEXTS
 # Query-side batches (stage 06: a hop's anchor fields, one dense query) are a few short texts.
 # A second intra-op thread cannot speed them up, but makes each encode wait for a core that
 # another process holds: on a loaded 2-core machine 06 ran 4-6x slower (make bench, item 2).
@@ -187,7 +188,7 @@ class SentenceTransformerBackend:
             out = m.encode(
                 list(texts),
                 batch_size=self.batch_size,
-                show_progress_bar=len(texts) > PROGRESS_BAR_MIN_TEXTS,
+                show_progress_bar=progress.interactive() and len(texts) >= PROGRESS_BAR_MIN_TEXTS,
                 convert_to_numpy=True,
                 normalize_embeddings=True,
             )
@@ -272,7 +273,8 @@ class OpenAIEmbeddingBackend:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         rows: list[list[float]] = []
-        for start in range(0, len(texts), self.batch_size):
+        starts = range(0, len(texts), self.batch_size)
+        for start in progress.bar(starts, desc="embedding batches", enabled=len(texts) >= PROGRESS_BAR_MIN_TEXTS):
             batch = list(texts[start:start + self.batch_size])
             got = _llm.embed_texts(batch, model=self.model, base_url=self.base_url,
                                    timeout=self.timeout)

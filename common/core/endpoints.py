@@ -145,3 +145,29 @@ class EndpointPool:
         with self._cond:
             return {u: {"served": self.served[u], "connection_failures": self.connection_failures[u],
                         "bound": self.bounds[u]} for u in self.urls}
+
+
+def cause_hint(cause: str, url: str = "") -> str:
+    """What to try when calls fail with ``cause`` (``LLMCallError.cause``: ``http_404``, ``connection``,
+    ...) against ``url``: a stage that stops on its error rate and ``make doctor`` say the same."""
+    from urllib.parse import urlsplit
+
+    path = urlsplit(url).path.rstrip("/") if url else ""
+    if cause == "http_404":
+        if url and not path.endswith("/v1"):
+            return (f"the base URL {url} has no /v1 (OpenAI-compatible servers answer at /v1/chat/completions): "
+                    f"try {url.rstrip('/')}/v1")
+        return "the server does not know this model or path: check the model name (make doctor lists the models)"
+    if cause in ("http_401", "http_403"):
+        return "the key was refused: check OPENAI_API_KEY"
+    if cause == "http_429":
+        return "rate limited: lower llm.concurrency, or run again later (only the failed rows are redone)"
+    if cause == "connection":
+        return f"nothing answers at {url or 'the base URL'}: is the server running, and is the port right?"
+    if cause == "timeout":
+        return "the calls timed out: raise models.<role>.timeout or lower llm.concurrency"
+    if cause.startswith("http_5"):
+        return "the server failed: look at its log; run again to redo only the failed rows"
+    if cause in ("bad_response", "invalid_json", "judge_parse_error"):
+        return "the replies were not what the stage asked for: check the model with make doctor (JSON mode)"
+    return ""

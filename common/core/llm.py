@@ -268,6 +268,9 @@ def _failure_cause(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+failure_cause = _failure_cause  # the cause names of LLMCallError, for messages outside the client
+
+
 def _checked(call: Callable[[], R]) -> R:
     """Run one SDK request, turning an unparsable 200 body into a retryable ``BadResponse``.
 
@@ -589,9 +592,9 @@ class LLMClient:
         With batch roles, items whose calls were queued for a batch (``BatchDeferred``) are run
         again once the batch has answered, until every item has yielded.
         """
-        from tqdm import tqdm
+        from common.core.progress import bar as progress_bar
 
-        bar = tqdm(total=len(items), desc=desc, disable=not progress or len(items) < 2, leave=False)
+        bar = progress_bar(total=len(items), desc=desc, enabled=progress)
         todo = list(items)
         try:
             while todo:

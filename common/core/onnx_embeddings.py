@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from common.core import progress
+
 log = logging.getLogger(__name__)
 
 # Bump when the exported graph changes (the file name carries it, so an old export is not reused).
@@ -96,7 +98,8 @@ class OnnxEncoder:
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out = np.zeros((len(texts), 0), dtype=np.float32)
         rows: dict[int, np.ndarray] = {}
-        for start in range(0, len(order), self.batch_size):
+        starts = range(0, len(order), self.batch_size)
+        for start in progress.bar(starts, desc="encoding batches", enabled=len(texts) >= progress.MIN_ENCODE_TEXTS):
             idx = order[start:start + self.batch_size]
             enc = self.tokenizer.encode_batch([texts[i] for i in idx])
             feed = {"input_ids": np.array([e.ids for e in enc], dtype=np.int64),

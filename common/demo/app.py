@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from common.benchmarks.base import DataError
 from common.benchmarks.locomo import SCORED_CATEGORIES, clean_evidence, load_locomo
-from common.core import artifacts
+from common.core import artifacts, progress
 from common.core.config import REPO_ROOT, Config, ConfigError, load_config, resolve_path
 from common.core.io import read_jsonl
 from common.core.llm import EndpointNotConfigured
@@ -252,7 +252,7 @@ def run_demo(args: argparse.Namespace) -> int:
         host, port = _endpoint_of(cfg)
         os.environ.pop("OPENAI_API_KEY", None)  # a real key has no business going to the local server
         endpoint = LocalEndpoint(host=host, port=port, threads=args.threads, log_path=log_path)
-    run = Run(cfg, force=args.force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
+    run = Run(cfg, force=args.force, progress=progress.interactive())
     with endpoint:  # stopped on success, error and Ctrl-C alike
         run_pipeline(run)
     counts = stage_counts(run.dir, cfg.judge.name)

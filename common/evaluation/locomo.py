@@ -26,7 +26,7 @@ from common.evaluation.metrics import (
     locomo_f1,
 )
 from common.evaluation.repeats import describe_runs, n_runs, row_labels, runs_block
-from common.evaluation.scoring import failure_cause, judge_block, score_note
+from common.evaluation.scoring import failure_cause, judge_block, method_label, score_note
 
 
 def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold, repeat: int = 0) -> Any:
@@ -108,7 +108,7 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
     """Table 1 format, one Markdown+CSV pair per judge (judges are never averaged)."""
     paths: list[Path] = []
     for j, m in metrics["judges"].items():
-        row = {"Method": _method_label(metrics, m)}
+        row = {"Method": f"{method_label(run.cfg, metrics)}, judge {m['judge_model']}"}
         for cat in DATA.categories:
             row[cat.capitalize()] = format_accuracy(m["by_category"].get(cat, {"accuracy": None}))
         row["Overall"] = format_accuracy(m["overall"])
@@ -126,14 +126,6 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
         title += f"\n\n{_audited_note(m)}"
         paths += write_table(rows, run.dir / f"table_{j}.md", title)
     return paths
-
-
-def _method_label(metrics: dict[str, Any], m: dict[str, Any]) -> str:
-    src = metrics.get("imported")
-    if src:
-        return (f"Imported {Path(src['file']).name} (sha256 {src['sha256'][:12]}; answers {src['answer_model']}), "
-                f"run {metrics['run']}, judge {m['judge_model']}")
-    return f"EnSIMem (this harness, run {metrics['run']}), judge {m['judge_model']}"
 
 
 def _audited_rows(m: dict[str, Any], method: str) -> list[dict[str, str]]:

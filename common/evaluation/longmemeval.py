@@ -26,7 +26,7 @@ from common.evaluation.metrics import (
     unit_session_metrics,
 )
 from common.evaluation.repeats import describe_runs, n_runs, row_labels, runs_block
-from common.evaluation.scoring import failure_cause, judge_block, score_note, summarize
+from common.evaluation.scoring import failure_cause, judge_block, method_label, score_note, summarize
 
 
 def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold, repeat: int = 0) -> Any:
@@ -149,7 +149,7 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
 
     paths: list[Path] = []
     for j, m in metrics["judges"].items():
-        row = {"Method": f"EnSIMem (this harness, run {metrics['run']}), judge {m['judge_model']}"}
+        row = {"Method": f"{method_label(run.cfg, metrics)}, judge {m['judge_model']}"}
         for t in QUESTION_TYPES:
             row[SHORT_NAMES[t]] = format_accuracy(m["by_type"].get(t, {"accuracy": None}))
         row["Task-avg"] = f"{100 * m['task_averaged']:.1f}" if m["task_averaged"] is not None else "n/a"

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from common.evaluation.stats import accuracy_with_ci
@@ -24,6 +25,13 @@ CAUSES = {
     "missing_answer": "no answer row (the answer stage did not finish)",
     "missing_judgment": "no judge row (the judge stage did not finish)",
     "unknown": "no label and no recorded cause (a row written by hand or an older harness)",
+}
+
+# How a table row, the report and the run summary name the memory system that ran (method.name);
+# a user's own class (package.module:Class) is named by its import path.
+METHOD_NAMES = {
+    "ensimem": "EnSIMem", "mem0": "mem0", "amem": "A-MEM", "full_context": "full context",
+    "rag_turns": "RAG over turns", "no_memory": "no memory", "oracle": "oracle (gold evidence)",
 }
 
 # The full benchmark sizes a complete run must cover (spec/benchmarks.md).
@@ -130,3 +138,15 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     if cov.get("warning"):
         line += f" {cov['warning']}."
     return line
+
+
+def method_label(cfg: Any, metrics: Optional[Mapping[str, Any]] = None) -> str:
+    """The row label of a run's tables: the method that ran and the run, e.g. "mem0 (this harness,
+    run m0)"; an imported run (``metrics["imported"]``) names its source file instead. Every
+    benchmark's evaluator calls this one helper."""
+    src = (metrics or {}).get("imported")
+    if src:
+        return (f"Imported {Path(src['file']).name} (sha256 {src['sha256'][:12]}; answers {src['answer_model']}), "
+                f"run {cfg.run.name}")
+    name = cfg.method.name
+    return f"{METHOD_NAMES.get(name, name)} (this harness, run {cfg.run.name})"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from common.benchmarks.registry import adapter
+from common.core import progress
 from common.core.config import ConfigError, load_config, resolve_path
 from common.core.io import read_jsonl, write_json
 from common.evaluation import judge_audit
@@ -110,7 +111,7 @@ def audit(config: list[str], overrides: list[str], sets: Optional[list[str]], ou
         importer.import_run(source, name, benchmark=cfg.benchmark, judge=PUBLISHED_JUDGE, config=config[0],
                             overrides=(*overrides, f"run.results_dir={results}"),
                             reuse=True, aggregate=False, reads_gold=reads_gold)
-        run = Run(cfg, progress=False)
+        run = Run(cfg, progress=progress.interactive())
         run_stage(run, "judge")
         published = (load_labels(cfg.run_dir, PUBLISHED_JUDGE)
                      if (cfg.run_dir / f"08_judge_{PUBLISHED_JUDGE}.jsonl").exists() else None)

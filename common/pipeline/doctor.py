@@ -36,12 +36,14 @@ from urllib.parse import urlsplit, urlunsplit
 from common.benchmarks.subset import load_selected
 from common.core import prompts
 from common.core.config import Config, ConfigError, load_config
+from common.core.endpoints import cause_hint
 from common.core.llm import (
     PROBE_ERRORS,
     EndpointNotConfigured,
     EndpointProbe,
     LLMClient,
     RoleSettings,
+    failure_cause,
     resolve_endpoints,
 )
 from common.pipeline.dryrun import estimate, format_estimate
@@ -198,7 +200,8 @@ def probe(target: Target, prices: dict[str, Any]) -> list[Check]:
         p.call(p.body(seed=False, json_mode=False))
         line("model", OK if listed is not False else WARN, f"answers a call; {listed_note}")
     except CALL_ERRORS as exc:
-        line("model", FAIL, f"does not answer: {p.why(exc)}; {listed_note}")
+        hint = cause_hint(failure_cause(exc), target.url)
+        line("model", FAIL, f"does not answer: {p.why(exc)}; {listed_note}{'; ' + hint if hint else ''}")
         line("probes", INFO, "skipped: the model does not answer")
         out.append(price_check(target, prices))
         return out

@@ -11,25 +11,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from tqdm import tqdm
-
 from common.benchmarks.registry import adapter
-from common.core import artifacts, fingerprint
+from common.core import artifacts, fingerprint, progress
 from common.core.batch import BatchOptions
 from common.core.config import ROLES, Config, resolve_path
 from common.core.embeddings import Embedder
+from common.core.endpoints import cause_hint
 from common.core.io import StageWriter, content_digest, read_jsonl, sha256_file, write_json, write_manifest
-from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy
+from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy, resolve_endpoint
 from common.core.schema import Episode, PartitionRow, Question, Session, from_dict, to_dict
 from common.evaluation.scoring import POLICIES
 from common.method.render import MemoryView
+from common.pipeline import invocation
 from common.pipeline.cli import parse
 from common.pipeline.graph import STAGES, Stage, by_name
 from common.systems.registry import uses_stage
@@ -155,7 +154,7 @@ def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn:
             row.input_digest = current[key_fn(item)]
             return row
     done = client.map(work, todo, desc=name, progress=run.progress) if client else (
-        (i, work(i)) for i in tqdm(todo, desc=name, disable=not run.progress or len(todo) < 2, leave=False))
+        (i, work(i)) for i in progress.bar(todo, desc=name, enabled=run.progress))
     try:
         for _, row in done:
             writer.write(to_dict(row))
@@ -169,8 +168,35 @@ def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn:
     summary_line(name, rows, writer.resumed, len(todo), n_failed, out, started, llm)
     if rows and n_failed / len(rows) > run.cfg.run.max_error_rate:
         raise StageFailed(f"{name}: {n_failed}/{len(rows)} rows failed (> run.max_error_rate "
-                          f"{run.cfg.run.max_error_rate}); rerun to retry only the failed rows' calls")
+                          f"{run.cfg.run.max_error_rate}){dominant_cause(run, role, [r for r in rows if failed(r)])}; "
+                          "rerun to retry only the failed rows' calls")
     return rows
+
+
+def error_cause(row: dict[str, Any]) -> str:
+    """The cause of a failed row: the head of its ``<cause>: <detail>`` error (a judge row without
+    an answer: the answer's cause)."""
+    error = str(row.get("error") or row.get("fallback_error") or "")
+    head, _, rest = error.partition(":")
+    if head.strip() == "no_answer":
+        head = rest.strip().partition(":")[0]
+    return head.strip() or "unknown"
+
+
+def dominant_cause(run: Run, role: str | None, failed_rows: list[dict[str, Any]]) -> str:
+    """"; most rows: <cause> (k of n): <hint>" for a stage that stops on its error rate, or ""."""
+    causes = Counter(error_cause(r) for r in failed_rows)
+    if not causes:
+        return ""
+    cause, k = causes.most_common(1)[0]
+    url = ""
+    if role:
+        try:
+            url = resolve_endpoint(run.cfg.role(role))[0]
+        except (EndpointNotConfigured, ValueError):
+            pass
+    hint = cause_hint(cause, url)
+    return f"; most failed with {cause} ({k} of {len(failed_rows)} rows){': ' + hint if hint else ''}"
 
 
 def summary_line(name: str, rows: list, resumed: int, new: int, failed: int, out: Path, started: float,
@@ -279,11 +305,14 @@ def run_pipeline(run: Run, stages: Optional[tuple[Stage, ...]] = None) -> None:
 def main(stage: str, benchmark: str, doc: Optional[str] = None) -> None:
     """Entry point of every numbered script: parse, run one stage, one-line errors."""
     cfg, args = parse(doc or "", benchmark)
-    run = Run(cfg, force=args.force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
+    run = Run(cfg, force=args.force, progress=progress.interactive())
     try:
         run_stage(run, stage)
     except EndpointNotConfigured as exc:
         sys.exit(f"error: {exc}")
     except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
         log.debug("stage failed", exc_info=True)
+        if run._client is not None:  # calls were made (and paid) before it stopped: say so
+            invocation.finish(run, by_name(stage).id, stopped=True)
         sys.exit(f"error: {' '.join(str(exc).split())}")
+    invocation.finish(run, by_name(stage).id)

@@ -47,7 +47,7 @@ import yaml
 
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
-from common.core import fingerprint
+from common.core import fingerprint, progress
 from common.core.config import ConfigError, load_config
 from common.core.io import read_json, read_jsonl, sha256_file, write_json, write_jsonl
 from common.core.schema import AnswerRow, JudgeRow, to_dict
@@ -269,7 +269,7 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         cfg = load_config([config or f"configs/{benchmark}.yaml"], sets)
     except ConfigError as exc:
         raise SourceError(f"config error: {exc}") from None
-    run = Run(cfg, force=True, progress=False)
+    run = Run(cfg, force=True, progress=progress.interactive())
     before = fingerprint.imported(run.dir) if run.dir.exists() else None
     if reuse and not force and before is not None and before.get("sha256") == sha256_file(source):
         return run.dir

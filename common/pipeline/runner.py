@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from common.core import progress
 from common.core.config import ConfigError, load_config
 from common.core.llm import EndpointNotConfigured
 from common.pipeline import experiments as exp_mod
@@ -59,7 +60,7 @@ def plan_runs(group: str, benchmark: str, exp: exp_mod.Experiments, subset_choic
 
 def run_variant(configs: list[str], overrides: list[str], variant: str, force: bool = False) -> Outcome:
     cfg = load_config(configs, overrides)
-    run = Run(cfg, force=force, progress=sys.stderr.isatty() and not os.environ.get("CI"))
+    run = Run(cfg, force=force, progress=progress.interactive())
     started = time.time()
     print(f"\n=== {variant}: {cfg.run_dir}", flush=True)
     try:

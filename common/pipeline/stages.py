@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
-from common.core import artifacts, fingerprint
+from common.core import artifacts, fingerprint, progress
 from common.core.config import to_yaml
 from common.core.io import read_jsonl, write_json, write_jsonl
 from common.core.llm import LLMClient
@@ -138,7 +138,7 @@ def index(run: Run) -> None:
     settings = {"model": emb.model_id, **dataclasses.asdict(run.cfg.index),
                 "include_images": run.cfg.episodes.include_images, "chunk_format": CHUNK_FORMAT}
     rows, reused = [], 0
-    for mid in views:
+    for mid in progress.bar(list(views), desc=ID["index"], unit="memory", enabled=run.progress):
         fp = index_fingerprint(eps_by[mid], recs_by[mid], settings)
         directory = run.dir / ID["index"] / mid
         if old.get(mid, {}).get("fingerprint") == fp and (directory / "embeddings.npz").exists():
@@ -264,7 +264,11 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
         return used
 
     first_error: Optional[BaseException] = None
-    with ThreadPoolExecutor(max_workers=max(1, min(run.cfg.systems.ingest_concurrency, len(todo)))) as pool:
+    sessions = sum(len(views[mid].sessions) for mid, _ in todo)
+    ticks = progress.bar(total=sessions, desc=f"{ID['retrieve']} ingest {system.name}", unit="session",
+                         enabled=run.progress)
+    system.ctx.advance = ticks.update
+    with ticks, ThreadPoolExecutor(max_workers=max(1, min(run.cfg.systems.ingest_concurrency, len(todo)))) as pool:
         futures = [(mid, d, pool.submit(one, mid, d)) for mid, d in todo]
         for mid, d, future in futures:
             try:
@@ -368,6 +372,7 @@ def aggregate(run: Run) -> None:
     if not judges:
         raise FileNotFoundError(f"no 08_judge_*.jsonl in {run.dir}: run the judge stage first")
     metrics = scorer.aggregate(run, judges)
+    metrics["method"] = {"name": run.cfg.method.name, "label": scoring.method_label(run.cfg, metrics)}
     run_fp = check_protocol(run)
     metrics["fingerprint"] = {"run": run_fp, "judges": {j: fingerprint.stored(run.dir, f"judge:{j}") for j in judges},
                               "file": fingerprint.FILE}
@@ -379,8 +384,8 @@ def aggregate(run: Run) -> None:
     outs = scorer.write_tables(run, metrics) + ledger_files
     manifest(run, ID["aggregate"], inputs=[run.judge_path(j) for j in judges] + [run.path("answers")],
              outputs=[run.path("metrics"), *outs], rows=len(judges), started=started)
-    for path in outs:
-        if path.suffix == ".md":
+    for path in outs:  # the tables; the ledger stays in its file (the invocation summary says what was paid)
+        if path.suffix == ".md" and path.name != "ledger.md":
             print(path.read_text(encoding="utf-8"))
     if metrics["coverage"].get("warning"):
         print(f"WARNING: {metrics['coverage']['warning']}", flush=True)

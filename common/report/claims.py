@@ -39,7 +39,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from common.core import artifacts
+from common.core import artifacts, progress
 from common.core.config import ConfigError, load_config, resolve_path
 from common.core.io import ArtifactError, read_jsonl, write_json
 from common.core.tabular import describe, format_percent, write_table
@@ -234,7 +234,7 @@ class Rejudge:
             return self.note
         try:
             cfg = self._cfg(run_dir, benchmark, with_errata)
-            run = Run(cfg, progress=False)
+            run = Run(cfg, progress=progress.interactive())
             run_stage(run, "judge")
             with contextlib.redirect_stdout(io.StringIO()):  # its tables would bury the claims table
                 run_stage(run, "aggregate")
@@ -400,6 +400,37 @@ def write(rows: list[dict[str, Any]], out: Path, notes: list[str]) -> list[Path]
     return [out / "claims.json", *paths]
 
 
+def import_command(claim: Claim) -> tuple[str, str]:
+    """(the command that imports ``claim``'s per-question file, where that file is)."""
+    pq = claim.per_question
+    name = Path(pq.path).name if pq.path else "<per-question file>"
+    command = (f"make import FILE={name} FORMAT={pq.format or '<format>'} CLAIM={claim.id} RUN={claim.id}"
+               + ("" if claim.benchmark == "locomo" else f" BENCH={claim.benchmark}"))
+    if pq.available and pq.repository and pq.path:
+        where = f"the file: https://raw.githubusercontent.com/{pq.repository}/{pq.commit or 'HEAD'}/{pq.path}"
+    else:
+        where = f"no per-question file is published: {' '.join((pq.why or 'not stated').split())}"
+    if claim.runs:  # the harness reproduces the claimed setting itself
+        where += "; or run it here: " + ", ".join(f"make {claim.benchmark} RUN={r}" for r in claim.runs)
+    return command, where
+
+
+def unimported(claims: dict[str, Claim], rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The registered claims no run of the table backs, each with the command that imports it."""
+    backed = {r["claim"]["id"] for r in rows if r.get("claim")}
+    return [{"claim": c.id, "system": c.system, "benchmark": c.benchmark,
+             "command": import_command(c)[0], "where": import_command(c)[1]}
+            for c in claims.values() if c.id not in backed]
+
+
+def _unimported_lines(missing: list[dict[str, str]]) -> list[str]:
+    if not missing:
+        return ["", "Every registered claim has a run in this table."]
+    return ["", f"Claims without a run here ({len(missing)} of configs/claims.yaml), each with the command "
+                "that imports it:", ""] + [
+        f"- {m['claim']} ({m['system']}, {m['benchmark']}): `{m['command']}` ({m['where']})" for m in missing]
+
+
 def build(results: Path, out: Path, *, judge: str = DEFAULT_JUDGE, config: Optional[str] = None,
           overrides: Sequence[str] = (), rejudge: bool = True, claims_path: Optional[str] = None,
           errata: Optional[Path] = None) -> list[Path]:
@@ -419,7 +450,13 @@ def build(results: Path, out: Path, *, judge: str = DEFAULT_JUDGE, config: Optio
         for n in r["notes"]:
             if n not in notes:
                 notes.append(n)
-    return write(rows, out, notes)
+    paths = write(rows, out, notes)
+    missing = unimported(claims, rows)
+    data = json.loads((out / "claims.json").read_text(encoding="utf-8"))
+    write_json(out / "claims.json", {**data, "claims_without_a_run": missing})
+    with (out / "claims.md").open("a", encoding="utf-8") as f:
+        f.write("\n".join(_unimported_lines(missing)) + "\n")
+    return paths
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

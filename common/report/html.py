@@ -321,6 +321,7 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
     source = _json(run_dir / SOURCE_FILE)  # an imported run: the file, its claim, its unmapped rows
     page = {
         "run": metrics.get("run") or run_dir.name, "run_dir": str(run_dir), "benchmark": benchmark,
+        "method": (metrics.get("method") or {}).get("label") or "method not recorded (aggregate the run again)",
         "judge": chosen, "judges": judges, "judge_model": judge_block.get("judge_model"),
         "category_label": "Category" if benchmark == "locomo" else "Question type",
         "classes": list(CLASSES), "colors": CHART_COLORS,

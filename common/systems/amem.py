@@ -183,6 +183,7 @@ class AMem(MemorySystem):
                     if llm.errors:
                         raise RuntimeError(f"A-MEM ingestion of {view.memory_id} {session.session_id} "
                                            f"{dia_id} failed: {llm.errors[0]}")
+                self.ctx.advance(1)
         finally:
             _close(memory)
         spent.seconds = round(time.perf_counter() - started, 4)

@@ -90,6 +90,8 @@ class Context:
     embedder: Callable[[], Any]
     llm: Any = None
     read_gold: Optional[Callable[[], dict[str, Any]]] = None
+    # ``advance(n)``: n more sessions ingested; the harness's ingestion progress bar (a no-op off a terminal).
+    advance: Callable[[int], Any] = lambda n: None
 
     @property
     def options(self) -> dict[str, Any]:

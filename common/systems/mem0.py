@@ -165,6 +165,7 @@ class Mem0(MemorySystem):
                             cause = exc.__cause__ if isinstance(exc.__cause__, LLMCallError) else exc
                             raise RuntimeError(f"mem0 ingestion of {view.memory_id} {session.session_id} "
                                                f"failed: {cause}") from exc
+                self.ctx.advance(1)
         finally:
             _dates.value = None
             memory.close()

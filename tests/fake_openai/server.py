@@ -134,6 +134,8 @@ class Capabilities:
     seed: bool = True
     deterministic: bool = True
     rate_limit_headers: dict[str, str] = field(default_factory=dict)
+    # Only the /v1/... paths answer (as OpenAI and vLLM do): a base URL without /v1 gets 404s.
+    v1_only: bool = False
 
     def refusal(self, body: dict[str, Any]) -> Optional[tuple[int, dict[str, Any]]]:
         """(status, error body) for a chat request this server cannot serve, else None."""
@@ -257,9 +259,10 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_body()
             self._send_json(*self.server.fake.batch.create(body if isinstance(body, dict) else {}))
             return
-        if path in ("/v1/chat/completions", "/chat/completions"):
+        bare = () if self.server.fake.capabilities.v1_only else ("/chat/completions", "/embeddings")
+        if path in ("/v1/chat/completions", *bare[:1]):
             route = "chat"
-        elif path in ("/v1/embeddings", "/embeddings"):
+        elif path in ("/v1/embeddings", *bare[1:]):
             route = "embeddings"
         else:
             self._read_body()

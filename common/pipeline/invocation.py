@@ -1,0 +1,106 @@
+"""What THIS invocation did: its new and cached LLM calls, its dollars, and where the results are.
+
+Every numbered script records its own process's calls (the shared client's counters) in
+``<run>/invocation.json`` under the invocation's id; ``make`` gives every stage it runs one id
+(``HARNESS_INVOCATION``, set once per ``make`` command), so ``make locomo``'s nine processes add
+up to one invocation, and a script run by hand is an invocation of its own. The last stage of
+the invocation (``HARNESS_SUMMARY_AT``, set by the full-pipeline targets; otherwise every stage)
+prints the summary in words: a rerun that made no call says so, instead of reprinting the whole
+ledger as if everything was paid again. The full ledger stays in ``ledger.md``/``ledger.json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from common.core import artifacts
+from common.core.io import write_json
+
+ENV_ID = "HARNESS_INVOCATION"
+ENV_SUMMARY_AT = "HARNESS_SUMMARY_AT"
+FILE = "invocation.json"
+_OWN_ID = f"process-{os.getpid()}-{time.time_ns()}"  # a script run by hand: its own invocation
+
+
+def invocation_id() -> str:
+    return os.environ.get(ENV_ID) or _OWN_ID
+
+
+def stage_spend(run: Any) -> dict[str, Any]:
+    """This process's calls per role: new, cached, failed, paid tokens and their dollars."""
+    from common.pipeline.ledger import cost, load_prices
+
+    client = getattr(run, "_client", None)
+    if client is None:
+        return {}
+    prices = load_prices()
+    out: dict[str, Any] = {}
+    for role, s in client.summary().items():
+        try:
+            model = run.cfg.role(role).model
+        except (KeyError, ValueError, AttributeError):
+            model = ""
+        dollars = cost(str(model), s.get("prompt_tokens", 0), s.get("completion_tokens", 0), prices)
+        out[role] = {"model": model, "calls": s.get("calls", 0), "new": s.get("new", 0), "cached": s.get("cached", 0),
+                     "failed": s.get("failed", 0), "cost_usd": None if dollars is None else round(dollars, 6)}
+    return out
+
+
+def record(run: Any, stage: str) -> dict[str, Any]:
+    """Add this process's calls under ``stage`` to the invocation's record; return the record."""
+    path = run.dir / FILE
+    inv = invocation_id()
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            data = {}
+    if data.get("id") != inv:
+        data = {"id": inv, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stages": {}}
+    data["stages"][stage] = stage_spend(run)
+    if run.dir.is_dir():
+        write_json(path, data)
+    return data
+
+
+def summary(run: Any, data: dict[str, Any]) -> str:
+    """The lines printed at the end of an invocation."""
+    roles = [r for s in data.get("stages", {}).values() for r in s.values()]
+    new, cached, failed = (sum(r[k] for r in roles) for k in ("new", "cached", "failed"))
+    unpriced = sorted({str(r["model"]) for r in roles if r["cost_usd"] is None and r["new"]})
+    dollars = sum(r["cost_usd"] or 0.0 for r in roles)
+    stages = ", ".join(data.get("stages", {})) or "none"
+    if new == 0 and failed == 0:
+        did = (f"This invocation made no new LLM call ({cached} answered from the cache, $0 spent now)" if cached
+               else "This invocation made no LLM call (everything was already in the run's files, $0 spent now)")
+    else:
+        did = (f"This invocation made {new} new LLM calls (${dollars:.4f} now"
+               + (f"; unpriced: {', '.join(unpriced)}" if unpriced else "") + f"), {cached} from the cache"
+               + (f", {failed} failed" if failed else ""))
+    lines = [f"{did}; stages: {stages}."]
+    led = run.dir / "ledger.json"
+    if led.exists():
+        total = json.loads(led.read_text(encoding="utf-8")).get("total", {})
+        lines.append(f"The run in total: ${total.get('cost_paid_usd', 0.0):.4f} paid for {total.get('paid', 0)} of "
+                     f"{total.get('calls', 0)} calls (full ledger: {run.dir / 'ledger.md'}).")
+    tables = sorted(p.name for p in run.dir.glob("table_*.md")) if run.dir.is_dir() else []
+    where = f"Results: {run.dir}/" + (f" ({', '.join(tables)}, {artifacts.path(run.dir, 'metrics').name})"
+                                      if tables else "")
+    page = run.dir / "report" / "index.html"
+    report = (f"report: {page}" if page.exists() else
+              f"report: make report RUN={run.cfg.run.name}" + ("" if run.cfg.benchmark == "locomo" else
+                                                                  f" BENCH={run.cfg.benchmark}"))
+    lines.append(f"{where}; {report}")
+    return "\n".join(lines)
+
+
+def finish(run: Any, stage_id: str, *, stopped: bool = False) -> None:
+    """Record this stage's calls; print the summary when this stage ends the invocation (the
+    configured last stage, or any stage that stopped it)."""
+    data = record(run, stage_id)
+    at = os.environ.get(ENV_SUMMARY_AT)
+    if stopped or not at or at == stage_id:
+        print(summary(run, data), flush=True)
