@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from common.evaluation.stats import accuracy_with_ci
+from common.evaluation.stats import accuracy_with_ci, degenerate
 
 # Question-level failure causes (strict accuracy counts each as wrong).
 CAUSES = {
@@ -120,6 +120,10 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     cl = o.get("ci_cluster") or {}
     if cl.get("low") is not None:  # questions of one conversation / haystack are not independent
         lo_hi += f", clustered by memory ({cl['n_clusters']} clusters) [{100 * cl['low']:.1f}, {100 * cl['high']:.1f}]"
+    exact = o.get("ci_exact") or {}
+    if degenerate(ci) and exact.get("low") is not None:  # 0/n or n/n: the bootstrap is one point
+        lo_hi += f" (one point: every label equal), exact Clopper-Pearson [{100 * exact['low']:.1f}, " \
+                 f"{100 * exact['high']:.1f}]"
     power = o.get("power") or {}
     if power.get("mdd") is not None:
         lo_hi += (f"; smallest separable difference {100 * power['mdd']:.1f} pp "

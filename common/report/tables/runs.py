@@ -196,7 +196,7 @@ def measured(run: RunData, judge: str, group: Optional[str] = None, *, judge_hin
         "recounted_from": [gold_file, judge_file],
         "k": summary["k"], "n": summary["n"], "accuracy": summary["accuracy"], "n_failed": summary["n_failed"],
         "judge_model": jm.get("judge_model"), "ci": summary.get("ci"), "ci_cluster": summary.get("ci_cluster"),
-        "power": summary.get("power"), "fingerprint": run.fingerprint_for(judge),
+        "ci_exact": summary.get("ci_exact"), "power": summary.get("power"), "fingerprint": run.fingerprint_for(judge),
     }
     return Measured(dict(summary), source)
 
