@@ -133,4 +133,7 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
             f"judge {fp.get('judges', {}).get(judge, '?')}.")
     if cov.get("warning"):
         line += f" {cov['warning']}."
+    dataset = metrics.get("dataset") or {}
+    if dataset.get("warning"):  # a benchmark file other than the official release
+        line += f" {dataset['warning']}."
     return line

@@ -71,6 +71,12 @@ class RunData:
         cov = self.metrics.get("coverage")
         return str(cov.get("warning") or "") if isinstance(cov, dict) else ""
 
+    @property
+    def dataset_warning(self) -> str:
+        """09_aggregate's MODIFIED DATASET warning when the benchmark file is not the official release."""
+        ds = self.metrics.get("dataset")
+        return str(ds.get("warning") or "") if isinstance(ds, dict) else ""
+
     _sha: dict[Path, str] = field(default_factory=dict, repr=False)
     _rows: dict[Path, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _labels: dict[str, RunLabels] = field(default_factory=dict, repr=False)

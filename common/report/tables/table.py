@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from common.report.tables.published import Identity, PublishedRow, comparable
 from common.evaluation.stats import degenerate
+from common.report.tables.published import Identity, PublishedRow, comparable
 from common.report.tables.runs import ci_bounds
 
 
