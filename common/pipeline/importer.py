@@ -413,7 +413,8 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     n_runs = len(rows[0][3])
     memory = {q["qid"]: q["memory_id"] for q in questions}
     answer_prompt_id = f"published:{answer_prompt or 'not stated'}"
-    judge_prompt_id = ("published:export" if exported is not None else f"published:{fmt}" if new_format
+    judge_prompt_id = ("published:export" if exported is not None
+                       else f"published:{field_map.name}" if field_map is not None
                        else "published:llm_judge" if benchmark == "locomo" else "published:official")
     answers = [AnswerRow(qid=qid, memory_id=memory[qid], question=q, answer=a, model=answer_model,
                          prompt_id=answer_prompt_id,
