@@ -22,10 +22,12 @@ Formats:
 * ``longmemeval``: the official ``eval-results`` JSONL of LongMemEval's ``evaluate_qa.py``
   (rows ``question_id, hypothesis, autoeval_label{model, label}``; several label runs may be
   given as ``autoeval_labels``, a list of such objects).
-* ``zep``, ``mem0``, ``hindsight`` (``--format``): files without question ids, read by
-  ``common.pipeline.formats``; each row is mapped to a qid by its conversation and its normalised
-  question text, and a row that maps to no question or to several is left out and listed, never
-  guessed. Their labels are judge ``published``.
+* ``export``: this harness's own ``export/questions.jsonl`` (``common.pipeline.export``), every
+  judge under its own name, rows by ``qid`` (text and category checked).
+* ``zep``, ``mem0``, ``hindsight`` or a field map YAML file (``--format``): read by the
+  declarative maps of ``common.pipeline.formats`` (``configs/import_formats/``); rows map to a qid
+  by id, or by conversation and normalised question text, and a row that maps to no question or
+  to several is left out and listed, never guessed. Their labels are judge ``published``.
 
 Every import also writes ``source.json``: the file and its sha256, the repository, path and
 commit it was read from, the ``configs/claims.yaml`` claim it backs (``--claim``), the file's own
