@@ -12,11 +12,13 @@ CONVS   ?=
 BENCH   ?=
 SET     ?=
 LOCOMO_URL    := https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json
-LOCOMO_SHA256 := 79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4
+# The official releases' sha256: one list, configs/datasets.sha256, read here and by the code.
+SHA256_OF = $(shell awk '$$2 == "$(1)" {print $$1}' configs/datasets.sha256)
+LOCOMO_SHA256 := $(call SHA256_OF,locomo10.json)
 LME_URL := https://huggingface.co/datasets/xiaowu0162/longmemeval-cleaned/resolve/98d7416c24c778c2fee6e6f3006e7a073259d48f
-LME_SHA256_longmemeval_s_cleaned := d6f21ea9d60a0d56f34a05b609c79c88a451d2ae03597821ea3d5a9678c3a442
-LME_SHA256_longmemeval_oracle    := 821a2034d219ab45846873dd14c14f12cfe7776e73527a483f9dac095d38620c
-LME_SHA256_longmemeval_m_cleaned := 9d79e5524794a2e6900a3aa9cb7d9152c5a3e8319c9a87c25494ba1eacee495f
+LME_SHA256_longmemeval_s_cleaned := $(call SHA256_OF,longmemeval_s_cleaned.json)
+LME_SHA256_longmemeval_oracle    := $(call SHA256_OF,longmemeval_oracle.json)
+LME_SHA256_longmemeval_m_cleaned := $(call SHA256_OF,longmemeval_m_cleaned.json)
 LME_CONFIG ?= configs/longmemeval.yaml
 BENCH_ARGS ?=
 SUBSET  ?=
@@ -54,7 +56,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval \
-        claims docs-serve import
+        claims docs-serve import export
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -171,6 +173,10 @@ paper: ablations baselines tables figures  ## ablations + baselines, then every 
 compare:  ## paired comparison: A=<run dir> [B=<run dir>] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
 	@test -n "$(A)" || (echo "set A=results/<benchmark>/<run> and B=... (or JUDGE_B=<name> for two judges of A)"; exit 2)
 	$(PY) -m common.report.compare $(A) $(B) $(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
+
+export:  ## portable per-question file: RUN=<name or dir> [BENCH=locomo|longmemeval] -> <run dir>/export/questions.jsonl|csv, manifest.json
+	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 2)
+	$(PY) -m common.pipeline.export $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(RESULTS),--results $(RESULTS))
 
 report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeval] [B=<other run>] [JUDGE=name] -> <run dir>/report/index.html
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval] [B=<other run>]"; exit 2)

@@ -1,6 +1,7 @@
 """The loss decomposition (metrics.json, make compare) and the report page's build (no browser here)."""
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shutil
@@ -10,11 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from common.benchmarks import checksums
+from common.core import artifacts
+from common.core.io import sha256_file
 from common.core.schema import Gold
 from common.evaluation.loss import CLASSES, classify, decompose, disagreements, evidence_coverage, question_losses
+from common.pipeline.export import main as export_main
+from common.pipeline.importer import import_run
 from common.report import compare
 from common.report.html import TEMPLATES, build, main, question_data
-from tests.conftest import REPO, rows
+from tests.conftest import REPO, TINY_LOCOMO, rows
 from tests.report_runs import report_runs
 
 JUDGE = "gpt-4o-mini"
@@ -302,3 +308,96 @@ def test_tables_and_report_name_the_method_and_run(runs, tmp_path):
     page = build(runs["b"], out=tmp_path / "b.html").read_text(encoding="utf-8")
     header = page.split("<h1>", 1)[1].split("</h1>", 1)[0]
     assert "RAG over turns (this harness, run b)" in header
+# ----------------------------------------------------------------------------- export, trust, docs names
+def test_the_export_joins_the_stage_files_one_row_per_question(runs):
+    run = runs["a"]
+    exported = rows(run / "export" / "questions.jsonl")  # written by 09_aggregate
+    questions, gold = rows(run / "01_questions.jsonl"), {g["qid"]: g for g in rows(run / "01_gold.jsonl")}
+    answers = {r["qid"]: r for r in rows(run / "07_answer.jsonl")}
+    rets = {r["qid"]: r for r in rows(run / "06_retrieve.jsonl")}
+    judged = {r["qid"]: r for r in rows(run / f"08_judge_{JUDGE}.jsonl")}
+    assert [r["qid"] for r in exported] == [q["qid"] for q in questions]
+    for r in exported:
+        q = r["qid"]
+        assert (r["question"], r["gold"], r["answer"]) == (next(x["question"] for x in questions if x["qid"] == q),
+                                                         gold[q]["answer"], answers[q]["answer"])
+        assert (r["evidence_ids"], r["buffer_tokens"]) == (rets[q]["dia_ids"], rets[q]["buffer_tokens"])
+        assert r["judges"].get(JUDGE, {}).get("label") == (judged[q]["label"] if q in judged else None)
+        assert r["calls"] >= 1 + (q in judged) and r["cost_usd"] > 0
+    with (run / "export" / "questions.csv").open(encoding="utf-8") as fh:
+        table = list(csv.DictReader(fh))
+    assert [t["qid"] for t in table] == [r["qid"] for r in exported]
+    assert [t[f"judge.{JUDGE}.label"] for t in table] == [str(r["judges"].get(JUDGE, {}).get("label", "")) for r in
+                                                          exported]
+    manifest = json.loads((run / "export" / "manifest.json").read_text())
+    fp = json.loads((run / "fingerprint.json").read_text())
+    assert manifest["fingerprint"]["run"] == fp["run"]["id"] and manifest["models"]["answer"]
+    assert manifest["dataset"]["sha256"] == fp["run"]["components"]["dataset_sha256"]
+    assert manifest["files"]["questions.jsonl"] == sha256_file(run / "export" / "questions.jsonl")
+
+
+def test_an_export_imports_back_with_the_same_labels_and_accuracies(runs, tmp_path):
+    run = tmp_path / "a"  # run a plus a second judge with three repeat runs per answer
+    shutil.copytree(runs["a"], run, ignore=shutil.ignore_patterns("report", "04_index", "export"))
+    repeats = [[r["label"], 1, 0] if i % 2 else [1, r["label"], 1] for i, r in
+               enumerate(rows(run / f"08_judge_{JUDGE}.jsonl"))]
+    second = [{**r, "judge": "second", "labels": labels, "label": int(sum(labels) >= 2)}
+              for r, labels in zip(rows(run / f"08_judge_{JUDGE}.jsonl"), repeats)]
+    (run / "08_judge_second.jsonl").write_text("".join(json.dumps(r) + "\n" for r in second))
+    assert export_main([str(run)]) == 0  # make export RUN=<dir>
+    assert export_main([str(tmp_path / "nothing")]) == 2
+    back = import_run(run / "export" / "questions.jsonl", "back", fmt="export",
+                      overrides=(f"run.results_dir={tmp_path / 'results'}", f"data.path={TINY_LOCOMO}"))
+    before = json.loads((runs["a"] / "metrics.json").read_text())["judges"][JUDGE]
+    after = json.loads((back / "metrics.json").read_text())["judges"]
+    assert {k: after[JUDGE]["overall"][k] for k in ("k", "n", "accuracy")} == \
+        {k: before["overall"][k] for k in ("k", "n", "accuracy")}
+    assert {c: v["k"] for c, v in after[JUDGE]["by_category"].items()} == \
+        {c: v["k"] for c, v in before["by_category"].items()}
+    for judge, source in ((JUDGE, rows(runs["a"] / f"08_judge_{JUDGE}.jsonl")), ("second", second)):
+        got = rows(back / f"08_judge_{judge}.jsonl")
+        assert [(r["qid"], r["label"], r["labels"]) for r in got] == \
+            [(r["qid"], r["label"], r.get("labels") or []) for r in source]
+    assert after["second"]["overall"]["k"] == sum(r["label"] for r in second)
+
+
+def test_a_run_on_a_modified_dataset_says_so_with_both_hashes(runs):
+    for run, official in ((runs["a"], "locomo10.json"), (runs["lme"], "longmemeval_s_cleaned.json")):
+        metrics = json.loads((run / "metrics.json").read_text())
+        fp = json.loads((run / "fingerprint.json").read_text())["run"]["components"]
+        warning = (f"MODIFIED DATASET: sha256 {fp['dataset_sha256']} differs from the official release's "
+                   f"{checksums.official(official)}")
+        assert metrics["dataset"]["status"] == "modified" and metrics["dataset"]["warning"] == warning
+        for table in run.glob("table_*.md"):
+            assert warning in table.read_text(), table
+        assert json.loads((run / "export" / "manifest.json").read_text())["dataset"]["warning"] == warning
+
+
+# Artifact-looking names in README.md and docs/*.md: every one must be a file of a fixture run.
+ARTIFACT_NAME = re.compile(r"(?:export/)?\b(?:\d\d_[A-Za-z0-9_<>{}.-]*?\.(?:jsonl|json|md|csv)|"
+                           r"(?:metrics|ledger|fingerprint|source|questions)\.(?:json|jsonl|md|csv)|"
+                           r"config\.resolved\.yaml|table_[A-Za-z0-9_<>{}.-]+?\.(?:md|csv))(?![A-Za-z0-9_])")
+EXAMPLES = {"10_mystage.jsonl"}  # docs/development.md: the stage a reader adds, by example
+
+
+def _as_glob(name: str) -> str:
+    """``08_judge_<judge>.jsonl`` / ``table_{judge}.md`` / a named judge -> a glob over any judge."""
+    name = re.sub(r"<[^>]+>|\{[^}]+\}", "*", name)
+    return re.sub(r"^(08_judge_|table_)[^*]+?(\.(?:manifest\.)?(?:jsonl|json|md|csv))$", r"\1*\2", name)
+
+
+def test_every_artifact_name_in_the_docs_is_a_file_of_a_fixture_run(runs, tmp_path):
+    imported = tmp_path / "imported"  # source.json: written by an import
+    import_run(runs["a"] / "export" / "questions.jsonl", "i", fmt="export", aggregate=False,
+               overrides=(f"run.results_dir={imported}", f"data.path={TINY_LOCOMO}"))
+    dirs = [runs["a"], runs["b"], runs["lme"], imported / "locomo" / "i"]
+    legacy = set(artifacts.LEGACY.values())
+    missing = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in page.read_text(encoding="utf-8").splitlines():
+            for name in ARTIFACT_NAME.findall(line):
+                if name in EXAMPLES or name in legacy and "old names" in line:
+                    continue
+                if not any(list(d.glob(_as_glob(name))) for d in dirs):
+                    missing.append(f"{page.name}: {name}")
+    assert not missing, missing

@@ -69,6 +69,9 @@ class FileAdapter:
     default_path = ""  # where the Makefile's download target puts the file
     default_env = ""  # environment variable naming the file
     make_target = ""  # the Makefile target that downloads it
+    # sha256 of the official release (configs/datasets.sha256): one hash, or {file name: hash}
+    # for a benchmark released as several files; another file runs but is marked "modified dataset".
+    official_sha256: Any = ""
 
     def data_path(self, cfg: Any) -> Path:
         """``data.path``, else ``$<data.env>``, else the default download location."""

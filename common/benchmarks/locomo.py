@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from common.benchmarks import checksums
 from common.benchmarks.base import BenchmarkData, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, iter_items, optional, required, show
 from common.core.schema import Gold, Question, Session, Turn
@@ -256,6 +257,7 @@ class _LocomoAdapter(FileAdapter):
 
     name, label = "locomo", "LoCoMo"
     default_path, default_env, make_target = "data/locomo10.json", "LOCOMO_JSON", "data"
+    official_sha256 = checksums.official("locomo10.json")
     # Judged categories in the column order of the paper's Table 1.
     categories: tuple[str, ...] = tuple(CATEGORY_NAMES[c] for c in SCORED_CATEGORIES)
 

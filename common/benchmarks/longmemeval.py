@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.benchmarks import checksums
 from common.benchmarks.base import BenchmarkData, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, iter_items, required, show
 from common.core.schema import Gold, Question, Session, Turn
@@ -329,6 +330,8 @@ class _LongMemEvalAdapter(FileAdapter):
     name, label = "longmemeval", "LongMemEval"
     default_path, default_env = "data/longmemeval_s_cleaned.json", "LONGMEMEVAL_JSON"
     make_target = "data-longmemeval"
+    official_sha256 = {name: checksums.official(name) for name in (
+        "longmemeval_s_cleaned.json", "longmemeval_oracle.json", "longmemeval_m_cleaned.json")}
     categories: tuple[str, ...] = QUESTION_TYPES  # the column order of the paper's Table 2
 
     def category(self, gold: Gold) -> str:

@@ -14,6 +14,8 @@ by its normalised question text (Unicode NFKC, case-folded, whitespace collapsed
   the qids it could be.
 * a row whose text occurs more often in the file than in the conversation: reason ``ambiguous``.
 
+A row that gives its own question id (a map's ``match: question_id``) is mapped by it when the id
+is a question of the benchmark file with the same text (else ``no_qid`` / ``text_differs``).
 A row may instead give its 0-based index into the conversation's question list
 (``position``): then the question at that index is taken when its text matches, else the row is
 unmapped (``text_differs``). Mapped rows whose stated category or golden answer differs from the
@@ -45,6 +47,8 @@ class SourceRow:
     category: Optional[int] = None
     gold: Optional[str] = None
     position: Optional[int] = None  # 0-based index into the conversation's question list, if given
+    qid: Optional[str] = None  # the row's own question id: mapped by it (its text checked), not by text
+    question_type: Optional[str] = None  # a LongMemEval type the row states (compared, never used to map)
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,16 @@ def map_rows(rows: Sequence[SourceRow], questions: Sequence[Question], gold: Seq
     result = Mapping(qids=[None] * len(rows))
     # Group rows by (conversation, normalised text): duplicates are decided per group.
     groups: dict[tuple[str, str, Optional[int]], list[int]] = defaultdict(list)
+    text_of = {q.qid: q.question for q in questions}
     for i, r in enumerate(rows):
+        if r.qid is not None:
+            if r.qid not in text_of:
+                result.unmapped.append(Unmapped(r.where, r.question, "no_qid"))
+            elif normalise(text_of[r.qid]) != normalise(r.question):
+                result.unmapped.append(Unmapped(r.where, r.question, "text_differs", (r.qid,)))
+            else:
+                result.qids[i] = r.qid
+            continue
         if r.position is not None:
             qs = by_memory.get(r.memory_id, [])
             at = qs[r.position] if 0 <= r.position < len(qs) else None
@@ -114,6 +127,8 @@ def map_rows(rows: Sequence[SourceRow], questions: Sequence[Question], gold: Seq
         g = golds.get(qid)
         if g is not None and rows[i].category is not None and rows[i].category != g.category:
             result.category_differs.append(f"{rows[i].where} -> {qid}: {rows[i].category} vs {g.category}")
+        if g is not None and rows[i].question_type is not None and rows[i].question_type != g.question_type:
+            result.category_differs.append(f"{rows[i].where} -> {qid}: {rows[i].question_type} vs {g.question_type}")
         if g is not None and rows[i].gold is not None and normalise(rows[i].gold) != normalise(g.answer):
             result.gold_differs.append(f"{rows[i].where} -> {qid}")
     if ordered:

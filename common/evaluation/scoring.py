@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from common.evaluation.stats import accuracy_with_ci
+from common.evaluation.stats import accuracy_with_ci, degenerate
 
 # Question-level failure causes (strict accuracy counts each as wrong).
 CAUSES = {
@@ -128,6 +128,10 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     cl = o.get("ci_cluster") or {}
     if cl.get("low") is not None:  # questions of one conversation / haystack are not independent
         lo_hi += f", clustered by memory ({cl['n_clusters']} clusters) [{100 * cl['low']:.1f}, {100 * cl['high']:.1f}]"
+    exact = o.get("ci_exact") or {}
+    if degenerate(ci) and exact.get("low") is not None:  # 0/n or n/n: the bootstrap is one point
+        lo_hi += f" (one point: every label equal), exact Clopper-Pearson [{100 * exact['low']:.1f}, " \
+                 f"{100 * exact['high']:.1f}]"
     power = o.get("power") or {}
     if power.get("mdd") is not None:
         lo_hi += (f"; smallest separable difference {100 * power['mdd']:.1f} pp "
@@ -137,6 +141,9 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
             f"judge {fp.get('judges', {}).get(judge, '?')}.")
     if cov.get("warning"):
         line += f" {cov['warning']}."
+    dataset = metrics.get("dataset") or {}
+    if dataset.get("warning"):  # a benchmark file other than the official release
+        line += f" {dataset['warning']}."
     return line
 
 

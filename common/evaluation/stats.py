@@ -105,6 +105,31 @@ def paired_difference_ci(a: Sequence[int], b: Sequence[int], *, n_resamples: int
     return _bootstrap_mean(lb - la, n_resamples, seed, confidence)
 
 
+EXACT_METHOD = "Clopper-Pearson exact (statsmodels proportion_confint, method beta)"
+
+
+def exact_ci(k: int, n: int, *, confidence: float = 0.95) -> tuple[Optional[float], Optional[float]]:
+    """Clopper-Pearson interval of ``k`` correct of ``n``: defined at 0/n and n/n too.
+
+    The bootstrap of an all-equal sample is the point ``[p, p]``, which says nothing about how far
+    the true accuracy may be; the exact binomial interval stays honest there (0/20 gives
+    [0, 16.8 %]). ``(None, None)`` when ``n`` is 0.
+    """
+    from statsmodels.stats.proportion import proportion_confint
+
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if n <= 0:
+        return None, None
+    low, high = proportion_confint(k, n, alpha=1 - confidence, method="beta")
+    return float(low), float(high)
+
+
+def degenerate(ci: Optional[Mapping[str, Any]]) -> bool:
+    """A bootstrap interval of one point (every label equal): show the exact interval beside it."""
+    return bool(ci) and ci.get("low") is not None and ci.get("low") == ci.get("high")  # type: ignore[union-attr]
+
+
 def accuracy_with_ci(labels: Iterable[Optional[int]], *, clusters: Optional[Sequence[Any]] = None,
                      n_resamples: int = 10_000, seed: int = 42, confidence: float = 0.95) -> dict[str, Any]:
     """``common.evaluation.metrics.accuracy`` plus bootstrap CIs of the strict and the clean accuracy.
@@ -119,7 +144,9 @@ def accuracy_with_ci(labels: Iterable[Optional[int]], *, clusters: Optional[Sequ
         ``{low, high, confidence, method, n_resamples, seed}``: ``ci`` treats failures as wrong
         (like ``accuracy``, the reported number), ``ci_clean`` leaves them out. With ``clusters``
         also ``ci_cluster`` and ``ci_cluster_clean`` (the same plus ``n_clusters``) and ``power``
-        (``power_note`` of the strict labels).
+        (``power_note`` of the strict labels). Always ``ci_exact`` and ``ci_exact_clean``: the
+        Clopper-Pearson interval of the same two numbers (``exact_ci``), the one to read when
+        the bootstrap interval is a single point (0/n or n/n).
     """
     values = list(labels)
     if clusters is not None:
@@ -134,6 +161,9 @@ def accuracy_with_ci(labels: Iterable[Optional[int]], *, clusters: Optional[Sequ
         low, high = bootstrap_ci(sample, n_resamples=n_resamples, seed=seed, confidence=confidence)
         summary[key] = {"low": low, "high": high, "confidence": confidence, "method": CI_METHOD,
                         "n_resamples": n_resamples, "seed": seed}
+    for key, sample in (("ci_exact", strict), ("ci_exact_clean", clean)):
+        low, high = exact_ci(sum(sample), len(sample), confidence=confidence)
+        summary[key] = {"low": low, "high": high, "confidence": confidence, "method": EXACT_METHOD}
     if clusters is None:
         return summary
     for key, sample, groups in (("ci_cluster", strict, clusters),

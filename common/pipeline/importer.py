@@ -22,10 +22,12 @@ Formats:
 * ``longmemeval``: the official ``eval-results`` JSONL of LongMemEval's ``evaluate_qa.py``
   (rows ``question_id, hypothesis, autoeval_label{model, label}``; several label runs may be
   given as ``autoeval_labels``, a list of such objects).
-* ``zep``, ``mem0``, ``hindsight`` (``--format``): files without question ids, read by
-  ``common.pipeline.formats``; each row is mapped to a qid by its conversation and its normalised
-  question text, and a row that maps to no question or to several is left out and listed, never
-  guessed. Their labels are judge ``published``.
+* ``export``: this harness's own ``export/questions.jsonl`` (``common.pipeline.export``), every
+  judge under its own name, rows by ``qid`` (text and category checked).
+* ``zep``, ``mem0``, ``hindsight`` or a field map YAML file (``--format``): read by the
+  declarative maps of ``common.pipeline.formats`` (``configs/import_formats/``); rows map to a qid
+  by id, or by conversation and normalised question text, and a row that maps to no question or
+  to several is left out and listed, never guessed. Their labels are judge ``published``.
 
 Every import also writes ``source.json``: the file and its sha256, the repository, path and
 commit it was read from, the ``configs/claims.yaml`` claim it backs (``--claim``), the file's own
@@ -53,7 +55,7 @@ from common.core.io import read_json, read_jsonl, sha256_file, write_json, write
 from common.core.schema import AnswerRow, JudgeRow, to_dict
 from common.evaluation.claims import Claim, get_claim
 from common.evaluation.repeats import majority
-from common.pipeline import formats, stages
+from common.pipeline import export, formats, stages
 from common.pipeline.engine import Run, manifest, run_stage
 from common.pipeline.formats import SourceError
 from common.pipeline.graph import IDS as ID
@@ -197,6 +199,84 @@ def _longmemeval_rows(source: Path,
     return out
 
 
+def _export_doc(source: Path, benchmark: str) -> dict[str, Any]:
+    """An export's rows and its manifest (``common.pipeline.export``), checked for its format."""
+    manifest_path = source.parent / export.MANIFEST
+    if not manifest_path.is_file():
+        raise SourceError(f"{source}: no {export.MANIFEST} beside it: not an export of this harness")
+    doc = read_json(manifest_path, SourceError)
+    if not isinstance(doc, dict) or doc.get("format") != export.FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else doc
+        raise _fail(manifest_path, "format", f"expected {export.FORMAT!r}, got {got!r}")
+    if doc.get("benchmark") != benchmark:
+        raise _fail(manifest_path, "benchmark",
+                    f"the export is of {doc.get('benchmark')!r}, not {benchmark} (--benchmark)")
+    rows = read_jsonl(source)
+    judges = sorted({j for r in rows for j in (r.get("judges") or {})})
+    return {"manifest": doc, "rows": rows, "judges": judges}
+
+
+def _export_rows(source: Path, exported: dict[str, Any], every: list[dict[str, Any]], full: Any, benchmark: str,
+                 judge: Optional[str], errors: dict[str, str]
+                 ) -> tuple[list[tuple[str, str, Optional[str], list[Optional[int]]]], dict[str, str],
+                            dict[str, dict[str, tuple[list[Optional[int]], str, str]]]]:
+    """(qid, question, answer, labels of ``judge``) per exported row; answer errors; the other judges' labels."""
+    text = {q["qid"]: q["question"] for q in every}
+    data = adapter(benchmark)
+    category = {g.qid: data.category(g) for g in full.gold}
+    if judge is not None and exported["judges"] and judge not in exported["judges"]:
+        raise SourceError(f"{source}: no judge {judge!r} in the export (it has {', '.join(exported['judges'])})")
+    out: list[tuple[str, str, Optional[str], list[Optional[int]]]] = []
+    answer_errors: dict[str, str] = {}
+    others: dict[str, dict[str, tuple[list[Optional[int]], str, str]]] = {}
+    seen: set[str] = set()
+    for n, row in enumerate(exported["rows"], 1):
+        where = f"line {n}"
+        qid = row.get("qid")
+        if qid not in text:
+            raise _fail(source, f"{where}.qid", f"{qid!r} is not a question of the benchmark file")
+        if qid in seen:
+            raise _fail(source, f"{where}.qid", f"{qid!r} appears twice")
+        seen.add(qid)
+        if row.get("question") != text[qid]:
+            raise _fail(source, f"{where}.question",
+                        f"{qid}: text {row.get('question')!r} differs from the benchmark's")
+        if row.get("category") is not None and qid in category and row["category"] != category[qid]:
+            raise _fail(source, f"{where}.category", f"{qid}: {row['category']!r} differs from the benchmark's "
+                                                     f"{category[qid]!r}")
+        judged = row.get("judges") or {}
+        if not isinstance(judged, dict):
+            raise _fail(source, f"{where}.judges", "expected an object of judge name: {label, labels, ...}")
+        labels_of: dict[str, tuple[list[Optional[int]], str, str]] = {}
+        for name, block in judged.items():
+            label, runs = block.get("label"), block.get("labels") or []
+            for k, v in enumerate([label, *runs]):
+                if v not in (0, 1, None) or isinstance(v, bool):
+                    raise _fail(source, f"{where}.judges.{name}.{'label' if k == 0 else f'labels[{k - 1}]'}",
+                                f"expected 1, 0 or null, got {v!r}")
+            error = str(block.get("error") or "")
+            if label is None and not error:
+                error = f"judge_api_error: exported row {where} has no label"
+            labels_of[name] = (list(runs) or [label], error, str(block.get("judge_model") or "not stated"))
+        answer = row.get("answer")
+        if answer is not None and not isinstance(answer, str):
+            raise _fail(source, f"{where}.answer", f"expected a string or null, got {answer!r}")
+        if row.get("answer_error"):
+            answer_errors[qid] = str(row["answer_error"])
+        if judge is not None and judge in labels_of:
+            labels, error, _ = labels_of.pop(judge)
+            if error:
+                errors[qid] = error
+        else:
+            labels = []
+            if judge is not None and exported["judges"]:
+                continue  # not judged by the main judge (an unscored question): left out as 09 leaves it
+        for name, value in labels_of.items():
+            others.setdefault(name, {})[qid] = value
+        out.append((qid, text[qid], answer, labels))
+    return out, answer_errors, others
+
+
 SOURCE_FILE = "source.json"  # in the run directory: where the rows came from, the claim, unmapped rows
 
 
@@ -212,22 +292,32 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
                prompts: Optional[Path] = None, config: Optional[str] = None, overrides: tuple[str, ...] = (),
                force: bool = False, reuse: bool = False, aggregate: bool = True,
                reads_gold: Optional[bool] = None, fmt: Optional[str] = None, claim_id: Optional[str] = None,
-               origin: Optional[dict[str, Optional[str]]] = None) -> Path:
+               origin: Optional[dict[str, Optional[str]]] = None, labels_file: Optional[Path] = None) -> Path:
     """Write the run directory of ``source``; returns it. Runs ``09_aggregate`` on it at the end.
 
     ``fmt``: the file's format (default ``locomo-audit`` for LoCoMo, ``longmemeval`` for
-    LongMemEval; ``zep``, ``mem0``, ``hindsight``: ``common.pipeline.formats``). ``claim_id``: the
+    LongMemEval; ``export``: this harness's own export, every judge; ``zep``, ``mem0``, ``hindsight``
+    or a field map YAML file: ``common.pipeline.formats``, ``labels_file`` the map's second file of
+    labels; a map format's source may be a directory or a glob). ``claim_id``: the
     ``configs/claims.yaml`` entry the file backs (its models and per-question source are the
     defaults). ``origin``: repository, path and commit the file was read from (default: the
     claim's). ``reuse``: a directory already imported from a file with the same sha256 is kept as
     it is (the judge audit resumes in it). ``aggregate=False`` leaves 09 to the caller.
     """
-    if not source.is_file():
-        raise SourceError(f"{source}: not found")
     started = time.time()
     fmt = fmt or ("locomo-audit" if benchmark == "locomo" else "longmemeval")
+    new_format = formats.is_map_format(fmt)
+    field_map = formats.load_map(fmt) if new_format else None
+    if fmt == "export" and source.is_dir():
+        source = source / export.QUESTIONS
+    if new_format:
+        formats.source_files(source)  # a file, a directory or a glob; none: one line
+    elif not source.is_file():
+        raise SourceError(f"{source}: not found")
+    if fmt not in ("locomo-audit", "longmemeval", "export") and not new_format:
+        formats.load_map(fmt)  # the one-line "unknown format" error
     if fmt == "longmemeval" and benchmark != "longmemeval" or fmt == "locomo-audit" and benchmark != "locomo" \
-            or fmt in ("zep", "mem0") and benchmark != "locomo":
+            or field_map is not None and benchmark not in field_map.benchmarks:
         raise SourceError(f"{source}: format {fmt} is not a {benchmark} format (--benchmark)")
     try:
         claim = get_claim(claim_id) if claim_id else None
@@ -235,8 +325,8 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         raise SourceError(str(exc)) from None
     if claim is not None and claim.benchmark != benchmark:
         raise SourceError(f"claim {claim.id} is a {claim.benchmark} claim, not {benchmark}")
-    new_format = fmt in formats.NEW_FORMATS
-    if benchmark == "longmemeval" or new_format:  # read by their own readers below
+    exported = _export_doc(source, benchmark) if fmt == "export" else None
+    if benchmark == "longmemeval" or new_format or exported is not None:  # read by their own readers below
         doc: dict[str, Any] = {}
     else:
         doc = read_json(source, SourceError)
@@ -252,6 +342,10 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     if claim is not None:
         answer_model = answer_model or _model(claim.answer_model)
         judge_model = judge_model or _model(claim.judge_model)
+    if exported is not None:
+        answer_model = answer_model or (exported["manifest"].get("models") or {}).get("answer")
+        judge = judge or (exported["judges"][0] if exported["judges"] else None)
+        judge_model = judge_model or (exported["manifest"].get("judges") or {}).get(judge or "", {}).get("judge_model")
     answer_model = answer_model or meta.get("answer_model") or "not stated"
     judge_model = judge_model or meta.get("judge_model") or (
         "gpt-4o-mini" if benchmark == "locomo" and not new_format else "not stated")
@@ -271,7 +365,7 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         raise SourceError(f"config error: {exc}") from None
     run = Run(cfg, force=True, progress=progress.interactive())
     before = fingerprint.imported(run.dir) if run.dir.exists() else None
-    if reuse and not force and before is not None and before.get("sha256") == sha256_file(source):
+    if reuse and not force and before is not None and before.get("sha256") == formats.source_sha256(source):
         return run.dir
     if run.dir.exists() and any(run.dir.iterdir()):
         if not force:
@@ -283,8 +377,12 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     every = [to_dict(q) for q in full.questions]
     errors: dict[str, str] = {}  # qid -> why its published row has no label
     parsed = None
-    if new_format:
-        parsed = formats.parse(fmt, source, full.questions, full.gold, benchmark)
+    answer_errors: dict[str, str] = {}  # qid -> the exported answer's own error
+    more_judges: dict[str, dict[str, tuple[list[Optional[int]], str, str]]] = {}  # export: other judges
+    if exported is not None:
+        rows, answer_errors, more_judges = _export_rows(source, exported, every, full, benchmark, judge, errors)
+    elif new_format:
+        parsed = formats.parse(fmt, source, full.questions, full.gold, benchmark, labels=labels_file)
         text = {q.qid: q.question for q in full.questions}
         rows = []
         for r, qid in zip(parsed.rows, parsed.mapping.qids):
@@ -317,11 +415,13 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     n_runs = len(rows[0][3])
     memory = {q["qid"]: q["memory_id"] for q in questions}
     answer_prompt_id = f"published:{answer_prompt or 'not stated'}"
-    judge_prompt_id = ("published:llm_judge" if benchmark == "locomo" and not new_format
-                       else f"published:{fmt}" if new_format else "published:official")
+    judge_prompt_id = ("published:export" if exported is not None
+                       else f"published:{field_map.name}" if field_map is not None
+                       else "published:llm_judge" if benchmark == "locomo" else "published:official")
     answers = [AnswerRow(qid=qid, memory_id=memory[qid], question=q, answer=a, model=answer_model,
                          prompt_id=answer_prompt_id,
-                         error=errors.get(qid, "").removeprefix("no_answer: ") if qid in errors and a is None
+                         error=answer_errors[qid] if qid in answer_errors
+                         else errors.get(qid, "").removeprefix("no_answer: ") if qid in errors and a is None
                          else "" if a else "empty_answer: published answer is empty")
                for qid, q, a, _ in rows]
     judged = [JudgeRow(qid=qid, judge=judge, judge_model=judge_model, prompt_id=judge_prompt_id,
@@ -332,16 +432,28 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     order = {q["qid"]: i for i, q in enumerate(questions)}
     answers.sort(key=lambda r: order[r.qid])
     judged.sort(key=lambda r: order[r.qid])
-    source_sha = sha256_file(source)
-    prompt_info = published_prompts(source, prompts, answer_prompt) if not new_format else {
-        "file": None, "note": f"the {fmt} file names no prompts; see its claim's judge_prompt"}
-    if not new_format:
+    source_sha = formats.source_sha256(source) if new_format else sha256_file(source)
+    if exported is not None:
+        prompt_info = {"file": str(source.parent / export.MANIFEST), "exported": exported["manifest"].get("prompts"),
+                       "judge_prompts": {j: b.get("prompts") for j, b in
+                                         (exported["manifest"].get("judges") or {}).items()}}
+    elif new_format:
+        prompt_info = {"file": None, "note": f"the {fmt} file names no prompts; see its claim's judge_prompt"}
+    else:
+        prompt_info = published_prompts(source, prompts, answer_prompt)
+    if field_map is not None:
+        fmt = field_map.name
+    elif exported is None:
         fmt = "locomo-audit" if benchmark == "locomo" else "longmemeval-eval-results"
     published: dict[str, Any] = {"file": str(source), "sha256": source_sha, "format": fmt,
                                  "answer_model": answer_model, "judge_model": judge_model,
                                  "judge_runs": n_runs, "prompts": prompt_info,
                                  "reads_gold": reads_gold,
                                  "metadata": {k: v for k, v in meta.items() if not isinstance(v, dict)}}
+    if field_map is not None and not field_map.builtin:  # a user's map: its file is part of the protocol
+        published["format_map"] = {"file": str(field_map.file), "sha256": sha256_file(field_map.file)}
+    if exported is not None:
+        published["exported_run"] = {k: exported["manifest"].get(k) for k in ("run", "fingerprint", "dataset")}
     dataset_sha = fingerprint_dataset(run)
     run_components = {"imported": published, "benchmark": benchmark, "dataset_sha256": dataset_sha}
     stored = {"run": {"id": fingerprint.short(run_components), "components": run_components}}
@@ -350,6 +462,11 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         "judge_prompt_sha256": prompt_info.get("judge_prompt_sha256")}}
     if n_runs:
         stored[f"judge:{judge}"] = {"id": fingerprint.short(judge_components), "components": judge_components}
+    for other, by_qid in more_judges.items():  # an export's other judges, each with its own fingerprint
+        comps = {"run": stored["run"]["id"], "imported_judge": {
+            "judge_model": next(iter(by_qid.values()))[2], "judge_runs": max(len(v[0]) for v in by_qid.values()),
+            "judge_prompt_sha256": None}}
+        stored[f"judge:{other}"] = {"id": fingerprint.short(comps), "components": comps}
     write_json(run.dir / fingerprint.FILE, stored)
     write_json(run.dir / SOURCE_FILE, _source_record(source, source_sha, fmt, judge, claim, origin, parsed, own,
                                                      outside))
@@ -362,6 +479,16 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         manifest(run, by_name("judge").instance(judge), inputs=[source], outputs=[run.judge_path(judge)],
                  rows=len(judged), started=started, extra={"imported_from": str(source),
                                                            "source_sha256": source_sha, "judge_runs": n_runs})
+    selected_rows = {r[0] for r in rows}
+    for other, by_qid in more_judges.items():
+        extra = [JudgeRow(qid=qid, judge=other, judge_model=model, prompt_id=judge_prompt_id,
+                          label=labels[0] if len(labels) == 1 else majority(labels), parse_ok=not error,
+                          labels=labels if len(labels) > 1 else [], error=error)
+                 for qid, (labels, error, model) in by_qid.items() if qid in selected_rows]
+        extra.sort(key=lambda r: order[r.qid])
+        write_jsonl(run.judge_path(other), (to_dict(r) for r in extra))
+        manifest(run, by_name("judge").instance(other), inputs=[source], outputs=[run.judge_path(other)],
+                 rows=len(extra), started=started, extra={"imported_from": str(source), "source_sha256": source_sha})
     unmapped = len(parsed.mapping.unmapped) if parsed else 0
     print(f"import: {len(rows)} answers, {n_runs} judge label(s) each, from {source} -> {run.dir}"
           + (f" ({outside} rows outside the selected questions left out)" if outside else "")
@@ -428,9 +555,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m common.import_run", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("file", type=Path, help="the published per-question result file")
     p.add_argument("--run", required=True, help="run name: results/<benchmark>/<run>/")
-    p.add_argument("--format", dest="fmt", choices=("locomo-audit", "longmemeval", *formats.NEW_FORMATS),
-                   default=None, help="the file's format (default: locomo-audit, or longmemeval with "
-                                      "--benchmark longmemeval)")
+    p.add_argument("--format", dest="fmt", default=None,
+                   help=f"the file's format: locomo-audit (the default), longmemeval, export (this harness's "
+                        f"export/questions.jsonl), {', '.join(formats.NEW_FORMATS)}, or a field map YAML file "
+                        f"(configs/import_formats/*.yaml show the keys)")
+    p.add_argument("--labels", type=Path, default=None,
+                   help="a second file holding the labels by question id (a field map's labels: section)")
     p.add_argument("--benchmark", choices=("locomo", "longmemeval"), default=None,
                    help="default locomo (longmemeval for --format longmemeval)")
     p.add_argument("--claim", default=None, help="the configs/claims.yaml entry this file backs")
@@ -450,7 +580,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         benchmark = a.benchmark or ("longmemeval" if a.fmt == "longmemeval" else "locomo")
         import_run(a.file, a.run, benchmark=benchmark, judge=a.judge, answer_model=a.answer_model,
                    judge_model=a.judge_model, prompts=a.prompts, config=a.config, overrides=tuple(a.set),
-                   force=a.force, fmt=a.fmt, claim_id=a.claim,
+                   force=a.force, fmt=a.fmt, claim_id=a.claim, labels_file=a.labels,
                    origin={"repository": a.repository, "path": a.repo_path, "commit": a.commit})
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)

@@ -16,6 +16,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
+from common.benchmarks import checksums
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
 from common.core import artifacts, fingerprint, progress
@@ -43,11 +44,12 @@ from common.method import plan as plan_mod
 from common.method.dedup import rebase_partition, rebase_records, representatives
 from common.method.index import CHUNK_FORMAT, build_index, index_fingerprint
 from common.method.render import MemoryView
-from common.pipeline import ledger
+from common.pipeline import export, ledger
 from common.pipeline.engine import (
     Run,
     by_qid,
     check_protocol,
+    dataset_sha256,
     digest,
     load_episodes,
     load_questions,
@@ -378,6 +380,7 @@ def aggregate(run: Run) -> None:
                               "file": fingerprint.FILE}
     first = next(iter(metrics["judges"].values()))
     metrics["coverage"] = scoring.coverage(run.cfg.benchmark, first["overall"]["n"], dataclasses.asdict(run.cfg.data))
+    metrics["dataset"] = checksums.run_dataset(adapter(run.cfg.benchmark), run.cfg, dataset_sha256(run))
     led, ledger_files = ledger.write(run.dir)
     metrics["ledger"] = {"total": led["total"], "efficiency": led["efficiency"], "file": "ledger.json"}
     write_json(run.path("metrics"), metrics)
@@ -389,4 +392,8 @@ def aggregate(run: Run) -> None:
             print(path.read_text(encoding="utf-8"))
     if metrics["coverage"].get("warning"):
         print(f"WARNING: {metrics['coverage']['warning']}", flush=True)
+    if metrics["dataset"].get("warning"):
+        print(f"WARNING: {metrics['dataset']['warning']}", flush=True)
     print(f"{ID['aggregate']}: metrics.json and {len(outs)} tables -> {run.dir}", flush=True)
+    exported = export.export_run(run.dir)  # the portable per-question file (common.pipeline.export)
+    print(f"{ID['aggregate']}: per-question export -> {exported['questions']} (and .csv, manifest.json)", flush=True)

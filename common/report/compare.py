@@ -15,6 +15,7 @@ one-line ``error: ...`` on bad input. Every statistic comes from ``common.evalua
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,6 +94,10 @@ def _common_warnings(runs: dict[str, RunLabels]) -> list[str]:
         if run.n_unknown_rows:
             out.append(f"{name}: {run.n_unknown_rows} judge rows name questions absent from 01_gold.jsonl "
                        "(stale file?)")
+        metrics = Path(run.run_dir) / "metrics.json"
+        dataset = (json.loads(metrics.read_text(encoding="utf-8")).get("dataset") or {}) if metrics.is_file() else {}
+        if dataset.get("warning"):
+            out.append(f"{name}: {dataset['warning']}")
     return out
 
 

@@ -120,6 +120,8 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
         trust_notes += trust.notes
         if run.coverage_warning:
             not_run.append(f"{ref}: {run.coverage_warning}")
+        if run.dataset_warning:
+            not_run.append(f"{ref}: {run.dataset_warning}")
     table.link(pubs, meas)
     table.notes += [
         "P rows: transcribed from the paper (configs/published.yaml), values as printed. M rows: measured by "

@@ -71,6 +71,12 @@ class RunData:
         cov = self.metrics.get("coverage")
         return str(cov.get("warning") or "") if isinstance(cov, dict) else ""
 
+    @property
+    def dataset_warning(self) -> str:
+        """09_aggregate's MODIFIED DATASET warning when the benchmark file is not the official release."""
+        ds = self.metrics.get("dataset")
+        return str(ds.get("warning") or "") if isinstance(ds, dict) else ""
+
     _sha: dict[Path, str] = field(default_factory=dict, repr=False)
     _rows: dict[Path, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
     _labels: dict[str, RunLabels] = field(default_factory=dict, repr=False)
@@ -196,7 +202,7 @@ def measured(run: RunData, judge: str, group: Optional[str] = None, *, judge_hin
         "recounted_from": [gold_file, judge_file],
         "k": summary["k"], "n": summary["n"], "accuracy": summary["accuracy"], "n_failed": summary["n_failed"],
         "judge_model": jm.get("judge_model"), "ci": summary.get("ci"), "ci_cluster": summary.get("ci_cluster"),
-        "power": summary.get("power"), "fingerprint": run.fingerprint_for(judge),
+        "ci_exact": summary.get("ci_exact"), "power": summary.get("power"), "fingerprint": run.fingerprint_for(judge),
     }
     return Measured(dict(summary), source)
 

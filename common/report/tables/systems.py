@@ -56,6 +56,8 @@ def systems_table(ctx: Context) -> Table:
                 table.add_cell(ref, "Overall", row["Overall"], m.source)
                 if run.coverage_warning:
                     notes.append(f"{ref}: {run.coverage_warning}")
+                if run.dataset_warning:
+                    notes.append(f"{ref}: {run.dataset_warning}")
     if not table.rows:
         raise MissingRun(f"{ctx.results}: no finished run (no <benchmark>/<run>/metrics.json); "
                          f"create one with `make locomo` or `make locomo SET=\"method.name=mem0\" RUN=mem0`")

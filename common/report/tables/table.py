@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from common.evaluation.stats import degenerate
 from common.report.tables.published import Identity, PublishedRow, comparable
 from common.report.tables.runs import ci_bounds
 
@@ -60,14 +61,17 @@ def fmt_acc(summary: dict[str, Any], digits: int = 1) -> str:
     """``90.6 [89.1, 92.0; cl 86.9, 93.8] (1395/1540)``: accuracy in %, always k/n.
 
     In the brackets: the question bootstrap CI if present, then after ``cl`` the cluster bootstrap
-    CI (conversations / haystacks resampled) if present and defined.
+    CI (conversations / haystacks resampled) if present and defined; at 0/n or n/n, where the
+    bootstrap interval is one point, after ``exact`` the Clopper-Pearson interval.
     """
     if summary.get("accuracy") is None:
         return f"n/a ({summary.get('k', 0)}/{summary.get('n', 0)})"
     text = f"{100 * summary['accuracy']:.{digits}f}"
     ci = ci_bounds(summary.get("ci"))
     clustered = ci_bounds(summary.get("ci_cluster"))
+    exact = ci_bounds(summary.get("ci_exact")) if degenerate(summary.get("ci")) else None
     if ci:
         cl = f"; cl {100 * clustered[0]:.{digits}f}, {100 * clustered[1]:.{digits}f}" if clustered else ""
+        cl += f"; exact {100 * exact[0]:.{digits}f}, {100 * exact[1]:.{digits}f}" if exact else ""
         text += f" [{100 * ci[0]:.{digits}f}, {100 * ci[1]:.{digits}f}{cl}]"
     return f"{text} ({summary['k']}/{summary['n']})"

@@ -71,6 +71,8 @@ def table10(ctx: Context) -> Table:
         table.rows.append(row)
         if run.coverage_warning:
             table.notes.append(f"{ref}: {run.coverage_warning}")
+        if run.dataset_warning:
+            table.notes.append(f"{ref}: {run.dataset_warning}")
         links_m.append((ref, ident))
         for pi, prow in enumerate(pubs_all, 1):
             if prow.benchmark == benchmark:

@@ -89,6 +89,7 @@ def table3(ctx: Context) -> Table:
         "M1: means over the scored questions (categories 1-4) of the main run; planning = sum of the latencies "
         "of the plan calls (repairs included), retrieval = 06 wall time, generation = answer call latency, "
         "context tokens = evidence buffer tokens (o200k_base).", hits,
-        *([f"M1: {run.coverage_warning}"] if run.coverage_warning else []), COMPARABLE_NOTE,
+        *([f"M1: {run.coverage_warning}"] if run.coverage_warning else []),
+        *([f"M1: {run.dataset_warning}"] if run.dataset_warning else []), COMPARABLE_NOTE,
         *source_notes(pubs, ctx.published), *ctx.published.tables["table3"].get("notes", [])]
     return table
