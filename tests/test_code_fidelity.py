@@ -291,3 +291,33 @@ def test_locomo_code_runs_no_rerank_and_no_verify():
     lme = load_config(["configs/longmemeval_code.yaml"]).answer
     assert (lme.rerank, lme.verify, lme.draft, lme.rerank_keep_all, lme.verify_personal) == (True, True, "json", True,
                                                                                              True)
+
+
+# --------------------------------------------------------------------------- official session ids: gold side only
+def test_official_session_ids_reach_only_the_gold_side(tmp_path):
+    import json
+
+    from common.benchmarks.longmemeval import retrieval_gold
+    from common.benchmarks.subset import load_selected
+    from common.core.schema import Gold, from_dict
+    from common.evaluation import sources
+    from common.pipeline.engine import load_sessions
+    from tests.conftest import REPO, rows, run_overrides, run_stages
+
+    fixture = REPO / "tests" / "fixtures" / "lme_tiny.json"
+    official = {sid for it in json.loads(fixture.read_text()) for sid in it["haystack_session_ids"]}
+    run = run_stages("configs/longmemeval.yaml", run_overrides(tmp_path, fixture), ["preprocess"])
+    text = run.path("sessions").read_text(encoding="utf-8")
+    # What stages 02-07 and outside systems read: opaque ids only.
+    assert not [sid for sid in official if f'"{sid}' in text]
+    method_view = load_sessions(run)
+    assert method_view and all(s.source_id == "" for s in method_view)
+    side = rows(run.path("session_sources"))
+    assert {r["source_id"].split("#")[0] for r in side} == official
+    # The metrics put them back: the official retrieval gold is the one of the source file.
+    restored = sources.restore(method_view, run.path("session_sources"))
+    _, data, _ = load_selected(run.cfg)
+    assert [s.source_id for s in restored] == [s.source_id for s in data.sessions]
+    for g in rows(run.path("gold")):
+        gold = from_dict(Gold, g)
+        assert retrieval_gold(restored, gold) == retrieval_gold(data.sessions, gold)

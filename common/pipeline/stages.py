@@ -34,7 +34,7 @@ from common.core.schema import (
     from_dict,
     to_dict,
 )
-from common.evaluation import audited, scoring
+from common.evaluation import audited, scoring, sources
 from common.evaluation.registry import evaluator
 from common.method import answer as answer_mod
 from common.method import episodes as episodes_mod
@@ -71,10 +71,13 @@ def preprocess(run: Run) -> None:
     src, data, subset = load_selected(run.cfg)
     run_fp = check_protocol(run, reread=True)
     run.dir.mkdir(parents=True, exist_ok=True)
-    outs = [run.path("sessions"), run.path("questions"), run.path("gold")]
-    write_jsonl(outs[0], (to_dict(s) for s in data.sessions))
+    outs = [run.path("sessions"), run.path("questions"), run.path("gold"), run.path("session_sources")]
+    # Official session ids (LongMemEval's mark evidence sessions) go to the gold side only.
+    opaque, source_rows = sources.split(data.sessions)
+    write_jsonl(outs[0], (to_dict(s) for s in opaque))
     write_jsonl(outs[1], (to_dict(q) for q in data.questions))
     write_jsonl(outs[2], (to_dict(g) for g in data.gold))
+    write_jsonl(outs[3], source_rows)
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
     manifest(run, ID["preprocess"], inputs=[src], outputs=outs, rows=len(data.questions),
