@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -91,6 +92,79 @@ def test_no_prompt_names_a_person_or_event_of_either_data_set():
     assert any(p.parent.name == "code_rules" for p in files)
     assert len(benchmark_names()) > len(LOCOMO_EVENTS + LME_HANDLER_NAMES) + 10
     assert hits(files, benchmark_names()) == []
+
+
+# --------------------------------------------------------------------------- no test-shaped content
+BEAM = sorted((REPO.parent / "shared" / "data" / "beam" / "100K").glob("*/probing_questions/probing_questions.json"))
+# Templates stored byte for byte from an official scorer or system (SOURCES.md): not ours to reword.
+OFFICIAL_TEMPLATES = {"judge_lme_default", "judge_lme_temporal", "judge_lme_knowledge_update", "judge_lme_preference",
+                      "judge_lme_abstention", "judge_locomo_mem0", "answer_mem0_user", "mem0_locomo_instructions"}
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", str(text).lower())
+
+
+def four_grams(texts) -> set[tuple[str, ...]]:
+    out: set[tuple[str, ...]] = set()
+    for t in texts:
+        w = words(t)
+        out.update(tuple(w[i:i + 4]) for i in range(len(w) - 3))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def benchmark_grams() -> frozenset[tuple[str, ...]]:
+    """Every 4-word sequence of a question or answer of LoCoMo, the shared LongMemEval item and BEAM
+    (question, answer, rubric), built once per test session."""
+    texts: list[str] = []
+    for conv in json.loads(LOCOMO.read_text(encoding="utf-8")):
+        texts += [str(q[k]) for q in conv["qa"] for k in ("question", "answer", "adversarial_answer") if k in q]
+    items = json.loads(LME_ITEM.read_text(encoding="utf-8"))
+    texts += [str(it[k]) for it in (items if isinstance(items, list) else [items]) for k in ("question", "answer")]
+    for path in BEAM:
+        for group in json.loads(path.read_text(encoding="utf-8")).values():
+            for it in group:
+                for k in ("question", "answer", "rubric"):
+                    v = it.get(k)
+                    texts += [str(x) for x in v] if isinstance(v, list) else [str(v)] if v is not None else []
+    return frozenset(four_grams(texts))
+
+
+def gram_hits(paths: list[Path], grams: frozenset[tuple[str, ...]]) -> list[str]:
+    out = []
+    for p in paths:
+        w = words(p.read_text(encoding="utf-8"))
+        out += sorted({f"{p.parent.name}/{p.stem}: {' '.join(w[i:i + 4])}" for i in range(len(w) - 3)
+                       if tuple(w[i:i + 4]) in grams})
+    return out
+
+
+def _need_data() -> None:
+    if not (LOCOMO.exists() and LME_ITEM.exists() and BEAM):
+        pytest.skip("the shared LoCoMo, LongMemEval and BEAM files are needed for the n-gram scan")
+
+
+def test_the_ngram_scan_finds_a_planted_question(tmp_path):
+    _need_data()
+    first = json.loads(LOCOMO.read_text(encoding="utf-8"))[0]["qa"][0]["question"]
+    (tmp_path / "p").mkdir()
+    bad = tmp_path / "p" / "x.txt"
+    bad.write_text(f"Worked example: {first.upper()} Then reply.", encoding="utf-8")
+    ok = tmp_path / "p" / "y.txt"
+    ok.write_text("Reply with one object only.", encoding="utf-8")
+    assert gram_hits([bad], benchmark_grams()) and gram_hits([ok], benchmark_grams()) == []
+
+
+def test_no_prompt_shares_a_four_word_sequence_with_a_benchmark_question_or_answer():
+    _need_data()
+    files = [p for p in prompt_files() if p.stem not in OFFICIAL_TEMPLATES or p.parent != prompts.PROMPT_DIR]
+    assert len(files) > 30 and any(p.parent.name == "code_rules" for p in files)
+    assert gram_hits(files, benchmark_grams()) == []
+    sources = (prompts.PROMPT_DIR / "SOURCES.md").read_text(encoding="utf-8")
+    for name in OFFICIAL_TEMPLATES:  # each exemption is a stored official template
+        row = next(line for line in sources.splitlines() if f"`{name}`" in line)
+        assert re.search(r"[Bb]yte[- ]for[- ]byte|byte for byte", row), name
 
 
 # --------------------------------------------------------------------------- prompt sets and SOURCES.md
