@@ -321,3 +321,32 @@ def test_official_session_ids_reach_only_the_gold_side(tmp_path):
     for g in rows(run.path("gold")):
         gold = from_dict(Gold, g)
         assert retrieval_gold(restored, gold) == retrieval_gold(data.sessions, gold)
+
+
+# --------------------------------------------------------------------------- Table 3: what the answer model read
+def test_table3_context_tokens_count_the_reranked_episodes_only(tmp_path):
+    import json
+
+    from common.pipeline import ledger
+
+    rets = [{"qid": "a", "buffer_tokens": 900, "seconds": 0.1}, {"qid": "b", "buffer_tokens": 700, "seconds": 0.1}]
+    answers = [{"qid": "a", "answer": "x", "latency": 0.2,
+                "steps": {"rerank": {"candidates": 9, "limit": 9, "selected": ["e1"], "padded": 0, "tokens": 120}}},
+               {"qid": "b", "answer": "y", "latency": 0.2,  # kept whole (a count plan): the whole buffer
+                "steps": {"rerank": {"skipped": "answer target count: every candidate kept", "candidates": 4}}}]
+    for name, data in (("06_retrieve.jsonl", rets), ("07_answer.jsonl", answers)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in data))
+    per_q = {q["qid"]: q["context_tokens"] for q in ledger.efficiency(tmp_path)["per_question"]}
+    assert per_q == {"a": 120, "b": 700}
+
+
+def test_dry_run_counts_the_json_draft_under_its_own_role(tmp_path):
+    from common.pipeline import dryrun
+    from tests.conftest import TINY_LOCOMO, run_overrides
+
+    sets = run_overrides(tmp_path, TINY_LOCOMO)
+    plain = {s["role"] for s in dryrun.estimate(load_config(["configs/locomo.yaml"], sets))["stages"]}
+    est = dryrun.estimate(load_config(["configs/locomo.yaml"], sets + ["answer.draft=json"]))
+    roles = {s["role"]: s for s in est["stages"]}
+    assert "answer" in plain and "answer_draft" not in plain
+    assert roles["answer_draft"]["calls"] == est["questions"] and "answer" not in roles

@@ -21,6 +21,7 @@ import pytest
 
 from common.core import fingerprint, prompts
 from common.core.config import load_config
+from common.core.tokens import count_tokens
 from common.core.schema import AnswerRow, Plan, PlanRow, Question, RetrievalRow, from_dict, to_dict
 from common.method import answer as answer_mod
 from common.method.extract import extract_messages
@@ -359,7 +360,9 @@ def test_rerank_then_answer_then_verify(tmp_path):
     assert kinds == ["answer_rerank", "answer", "answer_verify"]
     assert "Select up to 5 episodes" in rerank_user and rerank_user.startswith("Question date: 2023/05/30")
     # The scripted rerank keeps the 1st, 3rd and 5th candidates: the answer reads only those.
-    assert row.steps["rerank"] == {"candidates": 5, "limit": 5, "selected": [IDS[0], IDS[2], IDS[4]], "padded": 0}
+    kept = "\n\n".join(b for e, b in answer_mod.split_buffer(_retrieval().buffer_text, IDS) if e in IDS[::2])
+    assert row.steps["rerank"] == {"candidates": 5, "limit": 5, "selected": [IDS[0], IDS[2], IDS[4]], "padded": 0,
+                                   "tokens": count_tokens(kept)}
     assert "fact number 3" in answer_user and "fact number 2" not in answer_user
     assert "fact number 3" in verify_user and "fact number 2" not in verify_user
     # The verified answer wins; the draft is kept beside it.
@@ -466,7 +469,7 @@ def test_ledger_gives_each_call_role_its_own_row(tmp_path):
 def test_dry_run_lists_the_extra_calls_only_when_switched_on(tmp_path):
     sets = run_overrides(tmp_path, TINY_LOCOMO)
     plain = {(s["stage"], s["role"]) for s in dryrun.estimate(load_config(["configs/locomo.yaml"], sets))["stages"]}
-    est = dryrun.estimate(load_config(["configs/locomo_code.yaml"], sets))
+    est = dryrun.estimate(load_config(["configs/locomo_code.yaml"], sets + ["answer.rerank=true", "answer.verify=true"]))
     roles = {s["role"]: s for s in est["stages"]}
     assert not {"plan_audit", "answer_rerank", "answer_verify"} & {r for _, r in plain}
     assert {"plan_audit", "answer_rerank", "answer_verify"} <= set(roles)

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from common.core import prompts
 from common.core.llm import Completion, LLMCallError, LLMClient, parse_json_object
 from common.core.schema import AnswerRow, Plan, Question, RetrievalRow
+from common.core.tokens import count_tokens
 from common.method.plan import compact_plan
 
 PROMPT_IDS = ("answer_system", "answer_user")
@@ -235,7 +236,9 @@ def _rerank(client: LLMClient, question: Question, plan: Plan, retrieval: Retrie
         return None, {"candidates": len(blocks), "error": f"invalid_reply: {exc}"}
     ids, padded = rerank_selection(reply, [e for e, _ in blocks], limit, plan.retrieval_scope)
     text = "\n\n".join(b for e, b in blocks if e in set(ids))
-    return text, {"candidates": len(blocks), "limit": limit, "selected": ids, "padded": padded}
+    # tokens: what the answer model reads instead of the whole buffer (Table 3's context tokens).
+    return text, {"candidates": len(blocks), "limit": limit, "selected": ids, "padded": padded,
+                  "tokens": count_tokens(text) if text else 0}
 
 
 def _verify(client: LLMClient, question: Question, episodes: str, draft: str,
