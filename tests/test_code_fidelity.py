@@ -248,7 +248,8 @@ def test_speaker_event_and_object_creator_projections():
              Turn("D1:2", "Lena", "I watched the regatta from the pier. The harbor festival was loud."),
              Turn("D1:3", "Lena", "Here is my painting of it.")]
     view = _view([(1, turns)])
-    ep = Episode("m::session_1::episode_001", "m", "session_1", 1, "2023", ["D1:1", "D1:2", "D1:3"], "festival", "event")
+    ep = Episode("m::session_1::episode_001", "m", "session_1", 1, "2023", ["D1:1", "D1:2", "D1:3"], "festival",
+                 "event")
     e = ep.episode_id
     recs = [_rec(e, 1, "harbor festival", "time", "last weekend", "D1:1", entity_type="event"),
             _rec(e, 2, "regatta", "location", "the pier", "D1:2", entity_type="event"),

@@ -21,8 +21,8 @@ import pytest
 
 from common.core import fingerprint, prompts
 from common.core.config import load_config
-from common.core.tokens import count_tokens
 from common.core.schema import AnswerRow, Plan, PlanRow, Question, RetrievalRow, from_dict, to_dict
+from common.core.tokens import count_tokens
 from common.method import answer as answer_mod
 from common.method.extract import extract_messages
 from common.method.plan import PlanError, normalize_plan, plan_messages, plan_question
@@ -469,7 +469,8 @@ def test_ledger_gives_each_call_role_its_own_row(tmp_path):
 def test_dry_run_lists_the_extra_calls_only_when_switched_on(tmp_path):
     sets = run_overrides(tmp_path, TINY_LOCOMO)
     plain = {(s["stage"], s["role"]) for s in dryrun.estimate(load_config(["configs/locomo.yaml"], sets))["stages"]}
-    est = dryrun.estimate(load_config(["configs/locomo_code.yaml"], sets + ["answer.rerank=true", "answer.verify=true"]))
+    both = ["answer.rerank=true", "answer.verify=true"]  # off in locomo_code (the authors' LoCoMo answer step)
+    est = dryrun.estimate(load_config(["configs/locomo_code.yaml"], sets + both))
     roles = {s["role"]: s for s in est["stages"]}
     assert not {"plan_audit", "answer_rerank", "answer_verify"} & {r for _, r in plain}
     assert {"plan_audit", "answer_rerank", "answer_verify"} <= set(roles)
