@@ -2,7 +2,8 @@
 and the separate 01_gold.jsonl.
 
 Reads: the benchmark file (data.path)
-Writes: 01_sessions.jsonl, 01_questions.jsonl, 01_gold.jsonl, config.resolved.yaml, fingerprint.json
+Writes: 01_sessions.jsonl, 01_questions.jsonl, 01_gold.jsonl, 01_session_sources.jsonl, config.resolved.yaml,
+  fingerprint.json
   (and 01_preprocess.manifest.json)
 LLM role: none
 

@@ -3,7 +3,8 @@ question (its haystack), 01_questions.jsonl (question + date only) and the separ
 (answer, answer sessions, has_answer turns, question type).
 
 Reads: the benchmark file (data.path)
-Writes: 01_sessions.jsonl, 01_questions.jsonl, 01_gold.jsonl, config.resolved.yaml, fingerprint.json
+Writes: 01_sessions.jsonl, 01_questions.jsonl, 01_gold.jsonl, 01_session_sources.jsonl, config.resolved.yaml,
+  fingerprint.json
   (and 01_preprocess.manifest.json)
 LLM role: none
 

@@ -7,7 +7,9 @@ and rows are checked unchanged here and in tests/test_systems.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -19,7 +21,8 @@ import pytest
 
 from common.core import fingerprint, prompts
 from common.core.config import load_config
-from common.core.schema import AnswerRow, Plan, PlanRow, Question, RetrievalRow, to_dict
+from common.core.schema import AnswerRow, Plan, PlanRow, Question, RetrievalRow, from_dict, to_dict
+from common.core.tokens import count_tokens
 from common.method import answer as answer_mod
 from common.method.extract import extract_messages
 from common.method.plan import PlanError, normalize_plan, plan_messages, plan_question
@@ -90,6 +93,79 @@ def test_no_prompt_names_a_person_or_event_of_either_data_set():
     assert any(p.parent.name == "code_rules" for p in files)
     assert len(benchmark_names()) > len(LOCOMO_EVENTS + LME_HANDLER_NAMES) + 10
     assert hits(files, benchmark_names()) == []
+
+
+# --------------------------------------------------------------------------- no test-shaped content
+BEAM = sorted((REPO.parent / "shared" / "data" / "beam" / "100K").glob("*/probing_questions/probing_questions.json"))
+# Templates stored byte for byte from an official scorer or system (SOURCES.md): not ours to reword.
+OFFICIAL_TEMPLATES = {"judge_lme_default", "judge_lme_temporal", "judge_lme_knowledge_update", "judge_lme_preference",
+                      "judge_lme_abstention", "judge_locomo_mem0", "answer_mem0_user", "mem0_locomo_instructions"}
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", str(text).lower())
+
+
+def four_grams(texts) -> set[tuple[str, ...]]:
+    out: set[tuple[str, ...]] = set()
+    for t in texts:
+        w = words(t)
+        out.update(tuple(w[i:i + 4]) for i in range(len(w) - 3))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def benchmark_grams() -> frozenset[tuple[str, ...]]:
+    """Every 4-word sequence of a question or answer of LoCoMo, the shared LongMemEval item and BEAM
+    (question, answer, rubric), built once per test session."""
+    texts: list[str] = []
+    for conv in json.loads(LOCOMO.read_text(encoding="utf-8")):
+        texts += [str(q[k]) for q in conv["qa"] for k in ("question", "answer", "adversarial_answer") if k in q]
+    items = json.loads(LME_ITEM.read_text(encoding="utf-8"))
+    texts += [str(it[k]) for it in (items if isinstance(items, list) else [items]) for k in ("question", "answer")]
+    for path in BEAM:
+        for group in json.loads(path.read_text(encoding="utf-8")).values():
+            for it in group:
+                for k in ("question", "answer", "rubric"):
+                    v = it.get(k)
+                    texts += [str(x) for x in v] if isinstance(v, list) else [str(v)] if v is not None else []
+    return frozenset(four_grams(texts))
+
+
+def gram_hits(paths: list[Path], grams: frozenset[tuple[str, ...]]) -> list[str]:
+    out = []
+    for p in paths:
+        w = words(p.read_text(encoding="utf-8"))
+        out += sorted({f"{p.parent.name}/{p.stem}: {' '.join(w[i:i + 4])}" for i in range(len(w) - 3)
+                       if tuple(w[i:i + 4]) in grams})
+    return out
+
+
+def _need_data() -> None:
+    if not (LOCOMO.exists() and LME_ITEM.exists() and BEAM):
+        pytest.skip("the shared LoCoMo, LongMemEval and BEAM files are needed for the n-gram scan")
+
+
+def test_the_ngram_scan_finds_a_planted_question(tmp_path):
+    _need_data()
+    first = json.loads(LOCOMO.read_text(encoding="utf-8"))[0]["qa"][0]["question"]
+    (tmp_path / "p").mkdir()
+    bad = tmp_path / "p" / "x.txt"
+    bad.write_text(f"Worked example: {first.upper()} Then reply.", encoding="utf-8")
+    ok = tmp_path / "p" / "y.txt"
+    ok.write_text("Reply with one object only.", encoding="utf-8")
+    assert gram_hits([bad], benchmark_grams()) and gram_hits([ok], benchmark_grams()) == []
+
+
+def test_no_prompt_shares_a_four_word_sequence_with_a_benchmark_question_or_answer():
+    _need_data()
+    files = [p for p in prompt_files() if p.stem not in OFFICIAL_TEMPLATES or p.parent != prompts.PROMPT_DIR]
+    assert len(files) > 30 and any(p.parent.name == "code_rules" for p in files)
+    assert gram_hits(files, benchmark_grams()) == []
+    sources = (prompts.PROMPT_DIR / "SOURCES.md").read_text(encoding="utf-8")
+    for name in OFFICIAL_TEMPLATES:  # each exemption is a stored official template
+        row = next(line for line in sources.splitlines() if f"`{name}`" in line)
+        assert re.search(r"[Bb]yte[- ]for[- ]byte|byte for byte", row), name
 
 
 # --------------------------------------------------------------------------- prompt sets and SOURCES.md
@@ -284,7 +360,9 @@ def test_rerank_then_answer_then_verify(tmp_path):
     assert kinds == ["answer_rerank", "answer", "answer_verify"]
     assert "Select up to 5 episodes" in rerank_user and rerank_user.startswith("Question date: 2023/05/30")
     # The scripted rerank keeps the 1st, 3rd and 5th candidates: the answer reads only those.
-    assert row.steps["rerank"] == {"candidates": 5, "limit": 5, "selected": [IDS[0], IDS[2], IDS[4]], "padded": 0}
+    kept = "\n\n".join(b for e, b in answer_mod.split_buffer(_retrieval().buffer_text, IDS) if e in IDS[::2])
+    assert row.steps["rerank"] == {"candidates": 5, "limit": 5, "selected": [IDS[0], IDS[2], IDS[4]], "padded": 0,
+                                   "tokens": count_tokens(kept)}
     assert "fact number 3" in answer_user and "fact number 2" not in answer_user
     assert "fact number 3" in verify_user and "fact number 2" not in verify_user
     # The verified answer wins; the draft is kept beside it.
@@ -347,10 +425,15 @@ def test_switches_at_their_default_leave_the_fingerprint_alone_and_count_when_on
                                            ("configs/longmemeval_code.yaml", "configs/longmemeval.yaml")])
 def test_code_configs_switch_everything_on_over_the_paper_config(config, paper):
     code, base = load_config([config]), load_config([paper])
+    # LoCoMo: the authors' LoCoMo answer step has no rerank and no verify (reference_notes 3.6).
+    lme = code.benchmark == "longmemeval"
     assert (code.prompts.set, code.plan.validation, code.plan.audit, code.answer.rerank, code.answer.verify) == \
-        ("code_rules", "code", True, True, True)
+        ("code_rules", "code", True, lme, lme)
     assert code.run.name == "code_rules" and code.benchmark == base.benchmark
-    assert code.retrieve == base.retrieve and code.judge == base.judge and code.models == base.models
+    # Retrieval differs only by the authors' entity gate, field scores and blocked hops.
+    assert dataclasses.replace(code.retrieve, entity_match="fuzzy", field_scores="harness",
+                               block_empty_bridge=False) == base.retrieve
+    assert code.judge == base.judge and code.models == base.models
 
 
 def test_every_switch_is_one_ablation_variant():
@@ -386,7 +469,8 @@ def test_ledger_gives_each_call_role_its_own_row(tmp_path):
 def test_dry_run_lists_the_extra_calls_only_when_switched_on(tmp_path):
     sets = run_overrides(tmp_path, TINY_LOCOMO)
     plain = {(s["stage"], s["role"]) for s in dryrun.estimate(load_config(["configs/locomo.yaml"], sets))["stages"]}
-    est = dryrun.estimate(load_config(["configs/locomo_code.yaml"], sets))
+    both = ["answer.rerank=true", "answer.verify=true"]  # off in locomo_code (the authors' LoCoMo answer step)
+    est = dryrun.estimate(load_config(["configs/locomo_code.yaml"], sets + both))
     roles = {s["role"]: s for s in est["stages"]}
     assert not {"plan_audit", "answer_rerank", "answer_verify"} & {r for _, r in plain}
     assert {"plan_audit", "answer_rerank", "answer_verify"} <= set(roles)
@@ -416,14 +500,26 @@ def test_make_code_config_end_to_end_resumes_free_with_the_new_roles_in_the_ledg
     n = len(rows(run_dir / "01_questions.jsonl"))
     counts = fake_server.counts_by_kind()
     assert counts["plan_audit"] == counts["plan"] == n
-    assert counts["answer_rerank"] == counts["answer"] == counts["answer_verify"] == n
     led = json.loads((run_dir / "ledger.json").read_text())
     roles = {(e["stage"], e["role"]): e for e in led["stages"]}
-    for stage, role in (("05_plan", "plan_audit"), ("07_answer", "answer_rerank"), ("07_answer", "answer_verify")):
-        assert roles[(stage, role)]["paid"] == n, role
+    assert roles[("05_plan", "plan_audit")]["paid"] == n
     assert "| 05_plan | plan_audit |" in (run_dir / "ledger.md").read_text()
     answers = rows(run_dir / "07_answer.jsonl")
-    assert all(a["prompt_id"] == "code_rules.answer_user" and "verify" in a["steps"] for a in answers)
+    plans = {p["qid"]: p["plan"] for p in rows(run_dir / "05_plan.jsonl")}
+    if benchmark == "locomo":  # the authors' LoCoMo answer step: one plain call, no rerank, no verify
+        assert counts["answer"] == n and not counts.get("answer_rerank") and not counts.get("answer_verify")
+        assert all(a["prompt_id"] == "code_rules.answer_user" and not a.get("steps") for a in answers)
+    else:  # their LongMemEval answering: rerank (not for plans needing every candidate), JSON draft, verify
+        whole = sum(bool(answer_mod.needs_every_candidate(from_dict(Plan, plans[a["qid"]]))) for a in answers)
+        assert counts["answer_draft"] == counts["answer_verify"] == n and not counts.get("answer")
+        assert counts.get("answer_rerank", 0) == n - whole
+        for stage, role in (("07_answer", "answer_draft"), ("07_answer", "answer_verify")):
+            assert roles[(stage, role)]["paid"] == n, role
+        assert all(a["prompt_id"] == "code_rules.answer_draft_user" and "verify" in a["steps"] for a in answers)
+    # No request carries an official LongMemEval session id (answer_<id> marks an evidence session).
+    official = {sid for it in json.loads(LME_TINY.read_text()) for sid in it["haystack_session_ids"]}
+    sent = [json.dumps(b) for b in fake_server.requests]
+    assert official and not [sid for sid in official if any(re.search(rf"\b{re.escape(sid)}\b", t) for t in sent)]
     assert all(r["audit"]["outcome"] in ("unchanged", "corrected") for r in rows(run_dir / "05_plan.jsonl"))
     paid = fake_server.request_count
     second = subprocess.run(cmd, cwd=REPO, env=_env(fake_server), capture_output=True, text=True, timeout=600)

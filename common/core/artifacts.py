@@ -27,6 +27,8 @@ ARTIFACTS: dict[str, Artifact] = {a.name: a for a in (
     Artifact("questions", "01_questions.jsonl", "question id, memory id, question text and date; nothing else"),
     Artifact("gold", "01_gold.jsonl", "gold answer, category/type, evidence ids (read by 08, 09 and the oracle only)",
              gold=True),
+    Artifact("session_sources", "01_session_sources.jsonl", "official session id of each session that has one "
+             "(LongMemEval; read by the metrics and the oracle only)", gold=True),
     Artifact("episodes", "02_episodes.jsonl", "per session: its theme-coherent episodes (turn spans, theme)"),
     Artifact("records", "03_extract.jsonl", "per episode: [entity][type][property:value] records with source turns"),
     Artifact("index", "04_index.jsonl", "per memory: the index fingerprint and its directory 04_index/<memory>/"),

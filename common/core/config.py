@@ -23,11 +23,11 @@ from common.core.endpoints import parse_endpoints
 from common.core.llm import RoleSettings
 
 ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge", "memory",
-         "plan_audit", "answer_rerank", "answer_verify")
+         "plan_audit", "answer_rerank", "answer_verify", "answer_draft")
 # The extra calls of the authors' planner and LongMemEval answer step (plan.audit, answer.rerank,
 # answer.verify) have roles of their own, so the ledger and the dry run count them apart; their
 # unset settings come from the role they assist, then from models.default.
-ROLE_PARENT = {"plan_audit": "plan", "answer_rerank": "answer", "answer_verify": "answer"}
+ROLE_PARENT = {"plan_audit": "plan", "answer_rerank": "answer", "answer_verify": "answer", "answer_draft": "answer"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -71,6 +71,8 @@ class ModelsConfig:
     plan_audit: RoleConfig = field(default_factory=RoleConfig)
     answer_rerank: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1400))
     answer_verify: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1400))
+    # answer.draft: json: the answer as the authors' LongMemEval JSON draft, with their budget of 1200.
+    answer_draft: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1200))
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class DataConfig:
 # Roles never sent as a batch: plan, bridge and answer are timed as the paper's online cost (Table 3);
 # memory is a memory system's own ingestion (common.systems), whose calls depend on each other in order
 # and are made outside LLMClient.map, where batching happens.
-ONLINE_ROLES = ("plan", "bridge", "answer", "memory", "plan_audit", "answer_rerank", "answer_verify")
+ONLINE_ROLES = ("plan", "bridge", "answer", "memory", "plan_audit", "answer_rerank", "answer_verify", "answer_draft")
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,17 @@ class EpisodesConfig:
 
 @dataclass(frozen=True)
 class ExtractConfig:
-    granularity: Literal["fine", "broad", "broad_plus", "very_broad"] = "broad"  # prompt variants
+    # Prompt variants, the same block in the extraction and the planning prompt. none: no block at
+    # all (the authors' LongMemEval extraction and planning prompts have none, reference_notes 3.3).
+    granularity: Literal["fine", "broad", "broad_plus", "very_broad", "none"] = "broad"
+    # Deterministic projections of the authors' extraction step (reference_notes 3.3), generic
+    # part: speaker_event adds "<speaker> attend|see <entity>" for a record whose evidence turn says
+    # "I/we attended/went to/visited/joined ... <entity>" or "I/we saw/watched/heard/listened to
+    # ... <entity>"; object_creator adds "<speaker> paint 'made <entity>'" for a painting/drawing/
+    # art object record whose creator or source is a speaker. (Their shoe coreference rule is
+    # LoCoMo-specific and not reproduced.)
+    speaker_event_projection: bool = False
+    object_creator_projection: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,6 +224,17 @@ class RetrieveConfig:
     property_threshold: float = 0.78  # cosine for a non-exact property to match
     value_threshold: float = 0.86  # cosine for a non-lexical value to match
     entity_fuzzy: float = 90.0  # rapidfuzz ratio for an entity to match a record's entity
+    # Entity gate. fuzzy: a harness choice (rapidfuzz ratio >= entity_fuzzy, and 0.7 for the
+    # possessor of "X's Y"); exact: the authors' gate, normalized equality only, no possessor path.
+    entity_match: Literal["fuzzy", "exact"] = "fuzzy"
+    # Field scores of a structured record. harness: a non-exact condition_property scores 0 and a
+    # semantic property match scores its cosine; ties by episode position. code: as the authors'
+    # code (reference_notes 3.5), every non-exact field max(0, cosine, Jaccard) over its embedded
+    # text, ties by episode id.
+    field_scores: Literal["harness", "code"] = "harness"
+    # A hop whose $hN.bridge resolved to nothing: false searches with the emptied anchor field;
+    # true blocks the hop (no episodes), as the authors' code does (status blocked_missing_bridge).
+    block_empty_bridge: bool = False
     # Structured gates (reference_notes 3.5 step 5). code: as the authors' code: a typed anchor
     # needs the same record type ("other" included), generic record properties are activity/event/
     # thing/other, a generic record property passes a SPECIFIC anchor property only when it holds
@@ -224,7 +247,8 @@ class RetrieveConfig:
     # retrieve.PLACEHOLDER_VALUES) passes any record with a non-empty value, as the authors' code.
     placeholder_values: bool = True
     # First-person anchor entities (I, me, my, the user, user's, ...) name the memory's user (the
-    # one speaker of a user/assistant chat), as the authors' planner rule "my/the user -> user".
+    # one speaker of a user/assistant chat). A harness rewrite at retrieval time: in the authors'
+    # code this is a planner rule ("my/the user -> user"), not a retrieval step.
     first_person: bool = True
     weights: dict = field(
         default_factory=lambda: {
@@ -307,7 +331,19 @@ class AnswerConfig:
     # keeps or rewrites.
     rerank: bool = False
     rerank_max: int = 20
+    # A plan that needs every candidate (retrieval scope all_matching, or an answer target of type
+    # count, list or time) is not reranked: all its episodes are read, as the authors keep every
+    # candidate for their aggregate and interval operators. false: every plan is reranked.
+    rerank_keep_all: bool = True
     verify: bool = False
+    # plain: the answer is one plain-text call (role answer). json: the authors' LongMemEval draft,
+    # a JSON object {answer, evidence_episode_ids, reasoning} from role answer_draft (own budget,
+    # 1200 tokens), whose answer field is the answer.
+    draft: Literal["plain", "json"] = "plain"
+    # verify: a question asking for a suggestion fitted to the user (recommend, suggest, tips,
+    # advice, ideas, in its own wording) keeps the draft's personal details instead of being cut
+    # down to the shortest form. false: every verify asks for the shortest sufficient answer.
+    verify_personal: bool = True
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,23 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {"runtime": "torch"},
     "prompts": {"set": "paper"},
     "plan": {"validation": "schema", "audit": False},
-    "answer": {"rerank": False, "rerank_max": 20, "verify": False},
+    "answer": {"rerank": False, "rerank_max": 20, "verify": False, "rerank_keep_all": True, "draft": "plain",
+               "verify_personal": True},
+    "extract": {"speaker_event_projection": False, "object_creator_projection": False},
+    "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False},
 }
 # The roles of those switches, fingerprinted only when their switch is on.
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),
-                  "answer_verify": ("answer", "verify")}
+                  "answer_verify": ("answer", "verify"), "answer_draft": ("answer", "draft")}
+# A switch's value when off (all others are booleans, off = False).
+SWITCH_OFF = {("answer", "draft"): "plain"}
+
+
+def _switched_on(cfg: Config, section: str, name: str) -> bool:
+    value = getattr(getattr(cfg, section), name)
+    return value != SWITCH_OFF.get((section, name), False)
+
+
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
 FILE = "fingerprint.json"
 
@@ -76,7 +88,7 @@ def _prompt_hashes(judge: bool) -> dict[str, str]:
 def _set_prompt_hashes(cfg: Config) -> dict[str, str]:
     """The prompt-set files (``common/prompts/<set>/``), only for a run that uses one of them: the
     set itself, or a switch whose prompts live there (plan.audit, answer.rerank, answer.verify)."""
-    used = cfg.prompts.set != "paper" or any(getattr(getattr(cfg, s), f) for s, f in SWITCHED_ROLES.values())
+    used = cfg.prompts.set != "paper" or any(_switched_on(cfg, s, f) for s, f in SWITCHED_ROLES.values())
     if not used:
         return {}
     return {f"{p.parent.name}.{p.stem}": hashlib.sha256(p.read_bytes()).hexdigest()[:16]
@@ -91,7 +103,7 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         "prompts": {**_prompt_hashes(judge=False), **_set_prompt_hashes(cfg)},
         "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer", "memory",
                                               *SWITCHED_ROLES)
-                  if r not in SWITCHED_ROLES or getattr(getattr(cfg, SWITCHED_ROLES[r][0]), SWITCHED_ROLES[r][1])},
+                  if r not in SWITCHED_ROLES or _switched_on(cfg, *SWITCHED_ROLES[r])},
         # A section added later (prompts) is left out while it holds only defaults.
         "method": {s: sec for s in METHOD_SECTIONS if (sec := _method_section(cfg, s)) or s != "prompts"},
     }

@@ -17,6 +17,7 @@ from common.benchmarks.longmemeval import QUESTION_TYPES, SHORT_NAMES, official_
 from common.core.io import read_jsonl
 from common.core.schema import Gold, Session, from_dict
 from common.core.tabular import describe, format_accuracy, write_table
+from common.evaluation import sources
 from common.evaluation.judge_lme import judge_answer_lme, strict_label
 from common.evaluation.loss import decompose as loss_decomposition
 from common.evaluation.metrics import (
@@ -38,8 +39,10 @@ def retrieval_rows(run: Any) -> dict[str, dict[str, Any]]:
     """Per question: official retrieval metrics, or the reason it is skipped."""
 
     sessions: dict[str, list[Session]] = defaultdict(list)
-    for s in read_jsonl(run.path("sessions")):
-        sessions[s["memory_id"]].append(from_dict(Session, s))
+    # The official session ids live on the gold side (01_session_sources.jsonl): put back here.
+    for session in sources.restore((from_dict(Session, s) for s in read_jsonl(run.path("sessions"))),
+                                   run.path("session_sources")):
+        sessions[session.memory_id].append(session)
     # Baselines build no episodes: their ranking is the buffer's turns (see below).
     episodes = {e["episode_id"]: e for r in read_jsonl(run.path("episodes"), missing_ok=True) for e in r["episodes"]}
     rets = {r["qid"]: r for r in read_jsonl(run.path("retrievals"), missing_ok=True)}  # none when imported

@@ -37,6 +37,7 @@ from common.benchmarks.registry import adapter
 from common.core import artifacts
 from common.core.io import read_jsonl
 from common.core.schema import Gold, from_dict
+from common.evaluation import sources
 from common.evaluation.labels import load_labels, run_benchmark
 
 # In the order a reader scans them: right answers first, then the ways to lose a point.
@@ -122,8 +123,9 @@ def evidence_coverage(gold: Gold, buffer_dia_ids: Optional[Sequence[str]],
 def _sessions_of(run_dir: Path) -> dict[str, dict[str, str]]:
     """memory id -> dia id -> official session id (source id when the session has one)."""
     out: dict[str, dict[str, str]] = {}
+    official = sources.session_sources(run_dir)  # gold side; older runs kept them in the sessions
     for s in read_jsonl(artifacts.path(run_dir, "sessions"), missing_ok=True):
-        sid = s.get("source_id") or s["session_id"]
+        sid = official.get((s["memory_id"], s["session_id"])) or s.get("source_id") or s["session_id"]
         out.setdefault(s["memory_id"], {}).update({t["dia_id"]: sid for t in s.get("turns", [])})
     return out
 

@@ -5,6 +5,11 @@ question's type or label): ``answer.rerank`` first lets one call (role ``answer_
 buffer episodes that fill the question's evidence slots, and the answer reads only those;
 ``answer.verify`` treats the answer as a draft that one independent call (role ``answer_verify``)
 keeps or rewrites. Any failure of either step keeps what was there before it, recorded in ``steps``.
+A plan that needs every candidate (``needs_every_candidate``: all_matching scope, or a count, list or
+time answer target) is never reranked (``answer.rerank_keep_all``), so no count loses an instance.
+``answer.draft: json`` makes the answer call the authors' LongMemEval JSON draft (role
+``answer_draft``, its own token budget); ``answer.verify_personal`` keeps the verify step from
+cutting a suggestion fitted to the user (decided from the question's wording) to the shortest form.
 """
 from __future__ import annotations
 
@@ -16,11 +21,25 @@ from typing import Any, Optional
 from common.core import prompts
 from common.core.llm import Completion, LLMCallError, LLMClient, parse_json_object
 from common.core.schema import AnswerRow, Plan, Question, RetrievalRow
+from common.core.tokens import count_tokens
 from common.method.plan import compact_plan
 
 PROMPT_IDS = ("answer_system", "answer_user")
 RERANK_PROMPT_IDS = ("code_rules.answer_rerank_system", "code_rules.answer_rerank_user")
 VERIFY_PROMPT_IDS = ("code_rules.answer_verify_system", "code_rules.answer_verify_user")
+DRAFT_PROMPT_ID = "code_rules.answer_draft_user"
+# Answer targets whose every instance counts: the authors select ALL candidates for their aggregate,
+# elapsed-time and event-time operators; here read from the plan, never from a benchmark label.
+KEEP_ALL_TARGETS = frozenset({"count", "list", "time"})
+# A question asking for something chosen for the user, in its own words (no label).
+PERSONAL_REQUEST = re.compile(
+    r"\b(recommend\w*|suggest\w*|tips?|advice|advise|ideas?|what should i|which should i|"
+    r"can you help me (?:choose|pick|find|plan|decide))\b", re.I)
+# The verify step's rule on the answer's length, for an ordinary and for a personalised question.
+SHORT_FORM = "if it is longer than the shortest sufficient answer"
+PERSONAL_FORM = ("if it drops what the episodes say about this user's own preferences, constraints or past "
+                 "experience (this question asks for a suggestion fitted to the user: keep those details "
+                 "and the reasons, never cut the answer down to a bare phrase)")
 # Fewest episodes a rerank keeps for a point plan (the authors pad to 2 outside their aggregate
 # operators); an all_matching plan is padded up to the limit, as they do not minimize aggregates.
 RERANK_MIN_POINT = 2
@@ -35,6 +54,9 @@ class AnswerSteps:
     rerank_max: int = 20
     verify: bool = False
     style: str = "harness"
+    rerank_keep_all: bool = True
+    draft: str = "plain"
+    verify_personal: bool = True
 
 
 @dataclass
@@ -159,10 +181,35 @@ def rerank_selection(reply: dict[str, Any], ranked: list[str], limit: int, scope
     return [e for e in ranked if e in keep], padded
 
 
-def verify_messages(question: Question, episodes: str, draft: str) -> list[dict[str, str]]:
+def needs_every_candidate(plan: Plan) -> str:
+    """Why the plan needs every retrieved episode ('' for a point question that may be reranked)."""
+    if plan.retrieval_scope == "all_matching":
+        return "retrieval scope all_matching"
+    target = str((plan.answer_target or {}).get("type") or "").strip().lower()
+    return f"answer target {target}" if target in KEEP_ALL_TARGETS else ""
+
+
+def personal_request(question: str) -> bool:
+    """The question asks for a suggestion fitted to the user (recommend, suggest, tips, ideas, ...)."""
+    return bool(PERSONAL_REQUEST.search(question))
+
+
+def verify_messages(question: Question, episodes: str, draft: str, personal: bool = False) -> list[dict[str, str]]:
     user = prompts.fill(VERIFY_PROMPT_IDS[1], question_date_line=_date_line(question), question=question.question,
                         draft=draft, episodes=episodes or "(no episodes retrieved)")
-    return [{"role": "system", "content": prompts.load(VERIFY_PROMPT_IDS[0])}, {"role": "user", "content": user}]
+    system = prompts.fill(VERIFY_PROMPT_IDS[0], form_rule=PERSONAL_FORM if personal else SHORT_FORM)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def draft_messages(question: Question, plan: Plan, retrieval: RetrievalRow, prompt_set: str,
+                   episodes: Optional[str] = None) -> list[dict[str, str]]:
+    """The JSON draft (``answer.draft: json``): the answer prompt's system text, a user message
+    asking for {answer, evidence_episode_ids, reasoning}."""
+    text = retrieval.buffer_text if episodes is None else episodes
+    user = prompts.fill(DRAFT_PROMPT_ID, question_date_line=_date_line(question), question=question.question,
+                        plan=compact_plan(plan, retrieval.bridges), episodes=text or "(no episodes retrieved)")
+    return [{"role": "system", "content": prompts.load(prompts.pick("answer_system", prompt_set))},
+            {"role": "user", "content": user}]
 
 
 _EVIDENCE_TAIL = re.compile(r"\s*Evidence episode ids:.*$", re.I | re.S)
@@ -171,6 +218,8 @@ _EVIDENCE_TAIL = re.compile(r"\s*Evidence episode ids:.*$", re.I | re.S)
 def _rerank(client: LLMClient, question: Question, plan: Plan, retrieval: RetrievalRow, steps: AnswerSteps,
             calls: _Calls) -> tuple[Optional[str], dict[str, Any]]:
     """(the reranked buffer or None to keep the whole buffer, what happened)."""
+    if steps.rerank_keep_all and (why := needs_every_candidate(plan)):
+        return None, {"skipped": f"{why}: every candidate kept", "candidates": len(retrieval.episode_ids)}
     blocks = split_buffer(retrieval.buffer_text, retrieval.episode_ids)
     if not blocks:
         return None, {"skipped": "no episode blocks in the buffer"}
@@ -187,14 +236,16 @@ def _rerank(client: LLMClient, question: Question, plan: Plan, retrieval: Retrie
         return None, {"candidates": len(blocks), "error": f"invalid_reply: {exc}"}
     ids, padded = rerank_selection(reply, [e for e, _ in blocks], limit, plan.retrieval_scope)
     text = "\n\n".join(b for e, b in blocks if e in set(ids))
-    return text, {"candidates": len(blocks), "limit": limit, "selected": ids, "padded": padded}
+    # tokens: what the answer model reads instead of the whole buffer (Table 3's context tokens).
+    return text, {"candidates": len(blocks), "limit": limit, "selected": ids, "padded": padded,
+                  "tokens": count_tokens(text) if text else 0}
 
 
 def _verify(client: LLMClient, question: Question, episodes: str, draft: str,
-            calls: _Calls) -> tuple[Optional[str], dict[str, Any]]:
+            calls: _Calls, personal: bool = False) -> tuple[Optional[str], dict[str, Any]]:
     """(the verified answer or None to keep the draft, what happened)."""
     try:
-        c = client.complete("answer_verify", verify_messages(question, episodes, draft), json_mode=True,
+        c = client.complete("answer_verify", verify_messages(question, episodes, draft, personal), json_mode=True,
                             prompt_id=VERIFY_PROMPT_IDS[1])
     except LLMCallError as exc:
         return None, {"error": f"{exc.cause}: {exc}"}
@@ -206,7 +257,13 @@ def _verify(client: LLMClient, question: Question, episodes: str, draft: str,
     answer = _EVIDENCE_TAIL.sub("", " ".join(str(reply.get("answer") or "").split())).strip()
     if not answer:
         return None, {"error": "invalid_reply: no answer"}
-    return answer, {"verdict": str(reply.get("verdict") or ""), "changed": answer != draft}
+    return answer, {"verdict": str(reply.get("verdict") or ""), "changed": answer != draft,
+                    **({"personal": True} if personal else {})}
+
+
+def _draft_answer(text: str) -> str:
+    """The answer field of a JSON draft, without an evidence-id tail (ValueError: no JSON object)."""
+    return _EVIDENCE_TAIL.sub("", " ".join(str(parse_json_object(text).get("answer") or "").split())).strip()
 
 
 def answer_question(client: LLMClient, question: Question, plan: Plan | None, retrieval: RetrievalRow,
@@ -217,30 +274,40 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     settings = client.settings("answer")
     family = prompt_family(plan, retrieval, steps.style)
     prompt_set = steps.prompt_set if family == "answer" else prompts.PAPER
+    json_draft = plan is not None and steps.draft == "json"
+    role = "answer_draft" if json_draft else "answer"
+    settings = client.settings(role) if json_draft else settings
     row = AnswerRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
                     answer=None, model=settings.model,
-                    prompt_id=prompts.pick(_prompt_id(family), prompt_set))
-    multi = plan is not None and (steps.rerank or steps.verify)
+                    prompt_id=DRAFT_PROMPT_ID if json_draft else prompts.pick(_prompt_id(family), prompt_set))
+    multi = plan is not None and (steps.rerank or steps.verify or json_draft)
     calls = _Calls()
     episodes: Optional[str] = None
     if plan is not None and steps.rerank:
         episodes, row.steps["rerank"] = _rerank(client, question, plan, retrieval, steps, calls)
+    messages = (draft_messages(question, plan, retrieval, prompt_set, episodes) if json_draft and plan is not None
+                else answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes))
     try:
-        c = client.complete("answer", answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes),
-                            json_mode=False, prompt_id=row.prompt_id)
+        c = client.complete(role, messages, json_mode=json_draft, prompt_id=row.prompt_id)
     except LLMCallError as exc:
         row.error = f"{exc.cause}: {exc}"
         _record(row, calls, multi)
         return row
-    calls.add(c, row.prompt_id, "answer")
+    calls.add(c, row.prompt_id, role)
     row.cache_key, row.usage, row.latency, row.cached = c.cache_key, c.usage, round(c.latency, 4), c.cached
-    row.answer = c.text.strip()
+    try:
+        row.answer = _draft_answer(c.text) if json_draft else c.text.strip()
+    except ValueError as exc:
+        row.error = f"invalid_reply: {exc}"
+        _record(row, calls, multi)
+        return row
     if not row.answer:
         row.error = "empty_answer"
     elif plan is not None and steps.verify:
         row.draft = row.answer
+        personal = steps.verify_personal and personal_request(question.question)
         verified, row.steps["verify"] = _verify(
-            client, question, retrieval.buffer_text if episodes is None else episodes, row.answer, calls)
+            client, question, retrieval.buffer_text if episodes is None else episodes, row.answer, calls, personal)
         row.answer = verified or row.answer
     _record(row, calls, multi)
     return row

@@ -107,8 +107,12 @@ def no_memory(q: Question, view: MemoryView) -> RetrievalRow:
     return _row(q, "no_memory", view, {}, False, time.perf_counter(), {})
 
 
-def oracle(q: Question, view: MemoryView, gold: Optional[Gold], include_images: bool) -> RetrievalRow:
-    """Gold evidence turns only (upper bound). No gold evidence -> an empty buffer, recorded."""
+def oracle(q: Question, view: MemoryView, gold: Optional[Gold], include_images: bool,
+           official: Optional[dict[tuple[str, str], str]] = None) -> RetrievalRow:
+    """Gold evidence turns only (upper bound). No gold evidence -> an empty buffer, recorded.
+
+    ``official``: (memory id, session id) -> the official session id (the gold side's
+    ``01_session_sources.jsonl``), which the gold's answer sessions are named by."""
     started = time.perf_counter()
     chosen: dict[str, list[Turn]] = defaultdict(list)
     source = "none"
@@ -121,7 +125,7 @@ def oracle(q: Question, view: MemoryView, gold: Optional[Gold], include_images: 
         elif gold.answer_session_ids:
             wanted = set(gold.answer_session_ids)
             for s in view.sessions:
-                if (s.source_id or s.session_id) in wanted:
+                if ((official or {}).get((s.memory_id, s.session_id)) or s.source_id or s.session_id) in wanted:
                     chosen[s.session_id] = list(s.turns)
                     source = "answer_sessions"
     # De-duplicate turns listed twice in the evidence.

@@ -14,22 +14,38 @@ from common.core.llm import LLMCallError, LLMClient, parse_json_object
 from common.core.repair import complete_with_repair, fallback_error
 from common.core.schema import Episode, ExtractRow, Record
 from common.core.text import ENTITY_TYPES, MODALITIES, PROJECTION_KINDS, norm, normalize_condition, normprop
+from common.method.projections import add_projections
 from common.method.render import MemoryView
 
-GRANULARITIES = ("fine", "broad", "broad_plus", "very_broad")
+GRANULARITIES = ("fine", "broad", "broad_plus", "very_broad")  # the granularity_<name> blocks
+# The heading lines of the granularity block (paper and code_rules extraction and planning prompts):
+# granularity "none" leaves out the heading with its block (the authors' LongMemEval prompts have none).
+GRANULARITY_HEADINGS = ("Property granularity policy:\n", "Property granularity of the index:\n")
 PROMPT_IDS = ("extract_system", "extract_user", "extract_repair_system", "extract_repair_user")
 
 
 def granularity_policy(granularity: str) -> str:
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"extract.granularity must be one of {GRANULARITIES}, got {granularity!r}")
-    return prompts.load(f"granularity_{granularity}")
+    if granularity not in GRANULARITIES + ("none",):
+        raise ValueError(f"extract.granularity must be one of {GRANULARITIES + ('none',)}, got {granularity!r}")
+    return "" if granularity == "none" else prompts.load(f"granularity_{granularity}")
+
+
+def fill_granular(prompt_id: str, granularity: str, **slots: object) -> str:
+    """``prompts.fill`` with the granularity block; for ``none`` its heading and slot are left out."""
+    if granularity != "none":
+        return prompts.fill(prompt_id, granularity_policy=granularity_policy(granularity), **slots)
+    text = prompts.fill(prompt_id, granularity_policy="\0", **slots)
+    for heading in GRANULARITY_HEADINGS:
+        text = text.replace(f"{heading}\0\n\n", "")
+    if "\0" in text:
+        raise KeyError(f"prompt '{prompt_id}': the granularity slot has no heading to leave out")
+    return text
 
 
 def extract_messages(view: MemoryView, episode: Episode, granularity: str,
                      include_images: bool = True, prompt_set: str = prompts.PAPER) -> list[dict[str, str]]:
-    user = prompts.fill(
-        prompts.pick("extract_user", prompt_set), granularity_policy=granularity_policy(granularity),
+    user = fill_granular(
+        prompts.pick("extract_user", prompt_set), granularity,
         episode_id=episode.episode_id, conversation_id=episode.memory_id,
         session_id=episode.session_id, observed_at=episode.date_time or "unknown",
         episode_theme=episode.theme, episode_theme_type=episode.theme_type,
@@ -108,7 +124,8 @@ def _parse(text: str, episode: Episode, granularity: str) -> tuple[list[Record],
 
 
 def extract_episode(client: LLMClient, view: MemoryView, episode: Episode, granularity: str,
-                    include_images: bool = True, prompt_set: str = prompts.PAPER) -> ExtractRow:
+                    include_images: bool = True, prompt_set: str = prompts.PAPER,
+                    projections: tuple[bool, bool] = (False, False)) -> ExtractRow:
     """Extract records of one episode; a failed reply is repaired once, then recorded empty."""
     row = ExtractRow(episode_id=episode.episode_id, memory_id=episode.memory_id,
                      granularity=granularity, records=[])
@@ -125,6 +142,8 @@ def extract_episode(client: LLMClient, view: MemoryView, episode: Episode, granu
             lambda text: _parse(text, episode, granularity), repair,
             (f"{prompts.pick('extract_user', prompt_set)}/{granularity}", "extract_repair_user"), row.llm_calls)
         row.records, row.n_raw, row.n_dropped, row.n_repaired_evidence = parsed
+        # extract.speaker_event_projection, extract.object_creator_projection (common.method.projections)
+        row.records = add_projections(row.records, view, episode, *projections)
     except (ValueError, LLMCallError) as exc:
         # The episode stays retrievable through the lexical and dense routes.
         row.repaired = len(row.llm_calls) > 1

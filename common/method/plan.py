@@ -21,7 +21,7 @@ from common.core.schema import Anchor, Bridge, Hop, Plan, PlanRow, Question, to_
 from common.core.text import ENTITY_TYPES, content_tokens, normalize_condition, normprop
 from common.core.tokens import count_tokens
 from common.method.bridge import PLACEHOLDER
-from common.method.extract import granularity_policy
+from common.method.extract import fill_granular
 
 PROMPT_IDS = ("plan_system", "plan_user", "plan_repair_system", "plan_repair_user")
 AUDIT_PROMPT_IDS = ("code_rules.plan_audit_system", "code_rules.plan_audit_user")
@@ -74,8 +74,8 @@ def plan_messages(question: Question, vocab_text: str, granularity: str,
     # The paper set's date line reads "unknown" for an undated (LoCoMo) question (SOURCES.md);
     # the code_rules planner has no date line, as the authors' planner has none.
     date = {"question_date": question.question_date or "unknown"} if "{question_date}" in prompts.load(user_id) else {}
-    user = prompts.fill(
-        user_id, granularity_policy=granularity_policy(granularity),
+    user = fill_granular(
+        user_id, granularity,
         index_property_vocabulary=vocab_text, question=question.question, **date,
     )
     return [{"role": "system", "content": prompts.load(prompts.pick("plan_system", prompt_set))},
@@ -83,8 +83,8 @@ def plan_messages(question: Question, vocab_text: str, granularity: str,
 
 
 def audit_messages(question: Question, vocab_text: str, granularity: str, plan: Plan) -> list[dict[str, str]]:
-    user = prompts.fill(
-        AUDIT_PROMPT_IDS[1], granularity_policy=granularity_policy(granularity),
+    user = fill_granular(
+        AUDIT_PROMPT_IDS[1], granularity,
         index_property_vocabulary=vocab_text, question=question.question,
         plan=json.dumps(to_dict(plan), ensure_ascii=False, indent=1),
     )

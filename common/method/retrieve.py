@@ -20,8 +20,13 @@ selected it; the buffer renders the ORIGINAL turns, episodes ordered by question
 authors' Step 6; ``retrieve.buffer_order=conversation`` orders them by time). Nothing is dropped
 unless a cap is configured (the paper configs set none, as the code); a binding cap drops
 neighbour, dense, then lexical episodes before any structured match (``retrieve.cap_drop``).
-The structured gates are the code's (``retrieve.gates``), with its placeholder anchor values and
-first-person anchors (the memory's user) on by default.
+The structured gates are the code's (``retrieve.gates``), with its placeholder anchor values on by
+default. Two defaults are harness choices, not the authors' retrieval: the fuzzy entity gate
+(``retrieve.entity_match: fuzzy``; ``exact`` is the authors' gate, used by the code configurations)
+and the first-person anchor rewrite (I / my / the user -> the memory's user), which in the authors'
+code is a planner rule, not a retrieval step. ``retrieve.field_scores: code`` scores fields as their
+code (max of cosine and Jaccard, ties by episode id) and ``retrieve.block_empty_bridge`` blocks a
+hop whose bridge resolved to nothing, as they do.
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ from common.core.config import RetrieveConfig, ScopeBudget
 from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, RetrievalRow, Selected
 from common.core.text import content_tokens, norm, normprop, tokens
 from common.core.tokens import count_tokens
-from common.method.bridge import Resolver, resolve_anchor
+from common.method.bridge import ANCHOR_FIELDS, PLACEHOLDER, Resolver, resolve_anchor
 from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
 from common.method.lexical import EpisodeText, hop_terms, lexical_guard, rank_episodes_for_answer, squash
 from common.method.render import MemoryView, render_buffer, render_turn
@@ -92,6 +97,13 @@ def jaccard(a: str, b: str) -> float:
     return len(sa & sb) / len(sa | sb) if sa and sb else 0.0
 
 
+def soft(name: str, query: str, value: str, cosine: Any) -> float:
+    """The authors' score of a non-exact field: max(0, cosine, Jaccard); an empty record field 0."""
+    if not value:
+        return 0.0
+    return max(0.0, float(cosine), jaccard(query.replace("_", " "), value.replace("_", " ")))
+
+
 class Retriever:
     """Retrieval over one memory's index; built once per memory, called per question."""
 
@@ -107,6 +119,7 @@ class Retriever:
         self._episode_tokens: dict[int, int] = {}
         self._docs: Optional[list[EpisodeText]] = None
         self._postings: dict[str, frozenset[int]] = {}  # lexical guard: episodes holding each term
+        self._small_fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ structured route
     def _anchor_cosines(self, anchor: Anchor) -> dict[str, np.ndarray]:
@@ -119,11 +132,36 @@ class Retriever:
                 out[f] = self.index.field_vecs[f] @ v
         return out
 
+    def _small_field_cosines(self, name: str, value: str) -> np.ndarray:
+        """Per record: cosine between ``"<name>: <value>"`` and the record's same field (0 for an
+        empty field), for the fields the index does not embed (entity_type, condition_property):
+        their values are a small closed set, so each distinct value is embedded once here, which
+        gives the vectors the authors' per-record embedding gives."""
+        n = len(self.index.records)
+        if not value or not n:
+            return np.zeros(n, np.float32)
+        if name not in self._small_fields:
+            values = [getattr(r, name) for r in self.index.records]
+            distinct = sorted({v for v in values if v})
+            where = {v: i for i, v in enumerate(distinct)}
+            vecs = (self.embedder.encode([field_text(name, v) for v in distinct]) if distinct
+                    else np.zeros((0, 1), np.float32))
+            self._small_fields[name] = (np.asarray(vecs, np.float32), np.array([where.get(v, -1) for v in values]))
+        vecs, at = self._small_fields[name]
+        if len(vecs) == 0:
+            return np.zeros(n, np.float32)
+        sims = vecs @ np.asarray(self.embedder.encode([field_text(name, value)])[0], np.float32)
+        return np.where(at >= 0, sims[np.maximum(at, 0)], 0.0).astype(np.float32)
+
     def _entity_scores(self, entity: str) -> np.ndarray:
-        """Per record: 1.0 exact, fuzzy ratio above the bar, 0.7 for the possessor of "X's Y"."""
+        """Per record: 1.0 exact, fuzzy ratio above the bar, 0.7 for the possessor of "X's Y"
+        (``entity_match: fuzzy``, a harness choice); ``exact``: 1.0 for equality, else 0, as the
+        authors' gate (without their LoCoMo alias map)."""
         e = norm(entity)
         if not self.rec_entities:
             return np.zeros(0, np.float32)
+        if self.cfg.entity_match == "exact":
+            return np.array([1.0 if r == e else 0.0 for r in self.rec_entities], np.float32)
         ratios = process.cdist([e], self.rec_entities, scorer=fuzz.ratio, workers=1)[0] / 100.0
         scores = np.where(ratios * 100 >= self.cfg.entity_fuzzy, ratios, 0.0).astype(np.float32)
         possessor = e.split("'s ")[0] if "'s " in e else ""
@@ -162,6 +200,9 @@ class Retriever:
         code = cfg.gates == "code"
         generic = GENERIC_PROPERTIES if code else LOOSE_GENERIC_PROPERTIES
         cos = self._anchor_cosines(anchor)
+        code_scores = cfg.field_scores == "code"
+        small = {f: self._small_field_cosines(f, getattr(anchor, f) if code_scores else "")
+                 for f in ("entity_type", "condition_property")}
         ent = self._entity_scores(anchor.entity)
         gate = ent > 0
         atype = norm(anchor.entity_type)
@@ -191,6 +232,8 @@ class Retriever:
             elif (not (self.rec_entities[i] in exact_entities if code else any_exact)
                   and cos["property"][i] >= cfg.property_threshold):
                 prop_score = float(cos["property"][i])
+                if code_scores:  # the authors' field score: max(0, cosine, Jaccard)
+                    prop_score = max(prop_score, jaccard(aprop.replace("_", " "), r.property.replace("_", " ")))
             else:
                 continue
             if anchor.value and not value_compatible(anchor.value, r.value, float(cos["value"][i]),
@@ -198,22 +241,31 @@ class Retriever:
                 continue
             field_scores = {"entity": float(ent[i]), "property": prop_score}
             if anchor.entity_type:
-                field_scores["entity_type"] = 1.0 if self.rec_types[i] == atype else 0.0
+                field_scores["entity_type"] = 1.0 if self.rec_types[i] == atype else (
+                    soft("entity_type", anchor.entity_type, r.entity_type, small["entity_type"][i])
+                    if code_scores else 0.0)
             if anchor.value:
-                field_scores["value"] = 1.0 if norm(anchor.value) == norm(r.value) else max(
-                    0.0, float(cos["value"][i]), jaccard(anchor.value, r.value))
+                field_scores["value"] = 1.0 if norm(anchor.value) == norm(r.value) else (
+                    soft("value", anchor.value, r.value, cos["value"][i]) if code_scores
+                    else max(0.0, float(cos["value"][i]), jaccard(anchor.value, r.value)))
             if anchor.condition_property:
-                field_scores["condition_property"] = 1.0 if r.condition_property == anchor.condition_property else 0.0
+                field_scores["condition_property"] = 1.0 if r.condition_property == anchor.condition_property else (
+                    soft("condition_property", anchor.condition_property, r.condition_property,
+                         small["condition_property"][i]) if code_scores else 0.0)
             if anchor.condition_value:
                 same = norm(anchor.condition_value) == norm(r.condition_value)
-                field_scores["condition_value"] = 1.0 if same else max(
-                    0.0, float(cos["condition_value"][i]), jaccard(anchor.condition_value, r.condition_value))
+                field_scores["condition_value"] = 1.0 if same else (
+                    soft("condition_value", anchor.condition_value, r.condition_value, cos["condition_value"][i])
+                    if code_scores else max(0.0, float(cos["condition_value"][i]),
+                                            jaccard(anchor.condition_value, r.condition_value)))
             score = sum(w[f] * s for f, s in field_scores.items()) / sum(w[f] for f in field_scores)
             if score < cfg.min_score:
                 continue
             pos = self.pos_of[r.episode_id]
             if pos not in hits or score > hits[pos].score:
                 hits[pos] = Hit(pos, round(score, 6), "structured", r.record_id)
+        if code_scores:  # the authors' order: ties broken by episode id
+            return sorted(hits.values(), key=lambda h: (-h.score, self.index.episodes[h.pos].episode_id))
         return sorted(hits.values(), key=lambda h: (-h.score, h.pos))
 
     # ------------------------------------------------------------------ fallback routes
@@ -352,12 +404,19 @@ class Retriever:
         bridges: list[Bridge] = []
         calls: list[dict[str, Any]] = []
         in_resolver = 0.0  # wall time inside bridge calls (may include waiting for other threads)
+        blocked: list[str] = []  # hops whose bridge resolved to nothing (retrieve.block_empty_bridge)
         if cfg.mode == "dense_only":
             self._dense_only(question, plan, selected)
         else:
             values: dict[str, str] = {}
             for hop in plan.hops:  # plan order: a hop only depends on earlier hops (05 validates)
                 anchor = anchors[hop.hop_id] = self.normalize_anchor(resolve_anchor(hop.anchor, values))
+                if cfg.block_empty_bridge and resolve is not None and missing_bridge(hop.anchor, values):
+                    # The authors' status blocked_missing_bridge: no episodes, and no bridge of its own.
+                    blocked.append(hop.hop_id)
+                    coverage[hop.hop_id] = False
+                    values[hop.hop_id] = ""
+                    continue
                 hits, coverage[hop.hop_id] = self.hop_hits(question.question, anchor, plan.retrieval_scope)
                 if hop.bridge_request and resolve is not None:
                     bridge, hop_calls, spent = self._resolve_bridge(resolve, question.question, hop, anchor, hits)
@@ -386,6 +445,8 @@ class Retriever:
         contributions = self._contributions(plan.retrieval_scope, kept, len(selected))
         if caps:
             contributions["caps"] = caps
+        if blocked:
+            contributions["blocked_missing_bridge"] = blocked
         # Retrieval time = our own compute plus the bridge calls' latency (the original call's
         # when cached, like every efficiency figure), not the time spent queued behind other work.
         bridge_seconds = sum(float(c.get("latency") or 0.0) for c in calls)
@@ -467,6 +528,12 @@ class Retriever:
                 for nb in (pos - d, pos + d):
                     if 0 <= nb < len(eps) and nb not in selected and eps[nb].session_id == eps[pos].session_id:
                         selected[nb] = Selected(eps[nb].episode_id, selected[pos].hop_id, "neighbor", 0.0)
+
+
+def missing_bridge(anchor: Anchor, values: dict[str, str]) -> bool:
+    """The anchor uses ``$hN.bridge`` of a hop whose bridge is empty (unresolved or not established)."""
+    return any(not values.get(m.group(1), "") for f in ANCHOR_FIELDS
+               for m in PLACEHOLDER.finditer(getattr(anchor, f) or ""))
 
 
 def user_entity(view: MemoryView) -> str:

@@ -176,10 +176,13 @@ def estimate(cfg: Config) -> dict[str, Any]:
                     f"ingestion calls unknown: {cfg.method.name} declares no estimate_ingest")
     per_answer = count_tokens(prompts.load(answer_prompt)) + 40 + buffer
     tin = sum(per_answer + count_tokens(q.question) for q in data.questions)
-    add(IDS["answer"], "answer", nq, tin, ASSUME["answer_out"] * nq, _existing(run_dir, "answers"),
+    # answer.draft: json makes the answer call the JSON draft of role answer_draft (EnSIMem's buffer only).
+    answer_role = "answer_draft" if ensimem and cfg.answer.draft == "json" else "answer"
+    add(IDS["answer"], answer_role, nq, tin, ASSUME["answer_out"] * nq, _existing(run_dir, "answers"),
         f"buffer {buffer:.0f} tokens per question ({'paper Table 3 mean' if ensimem else cfg.method.name})")
     # answer.rerank / answer.verify (EnSIMem's episode buffer only): one call each per question,
-    # over the whole buffer (an upper bound for verify, which reads the reranked episodes).
+    # over the whole buffer (an upper bound: verify reads the reranked episodes, and a plan that
+    # needs every candidate is not reranked).
     for role, on, ids, out in (("answer_rerank", cfg.answer.rerank, RERANK_PROMPT_IDS, "rerank_out"),
                                ("answer_verify", cfg.answer.verify, VERIFY_PROMPT_IDS, "verify_out")):
         if on and ensimem:

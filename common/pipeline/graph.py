@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Union
@@ -80,7 +81,7 @@ class Stage:
 _S = "common.pipeline.stages:"
 STAGES: tuple[Stage, ...] = (
     Stage(1, "preprocess", _S + "preprocess", reads=(),
-          writes=("sessions", "questions", "gold", "config", "fingerprint"),
+          writes=("sessions", "questions", "gold", "session_sources", "config", "fingerprint"),
           summary="read the benchmark file; write sessions, questions (question + date only) and the separate gold",
           reads_gold="yes"),
     Stage(2, "episodes", _S + "episodes", reads=("sessions",), writes=("episodes",), role="partition",
@@ -132,7 +133,10 @@ def script_header(stage: Stage, folder: str) -> str:
     _, config = BENCHMARKS[folder]
     writes = f"Writes: {', '.join(stage.files())} (and {stage.id}.manifest.json)"
     if len(writes) > 120:  # keep the scripts' docstrings within the line limit
-        writes = f"Writes: {', '.join(stage.files())}\n  (and {stage.id}.manifest.json)"
+        files = f"Writes: {', '.join(stage.files())}"
+        if len(files) > 120:
+            files = textwrap.fill(files, 120, subsequent_indent="  ", break_on_hyphens=False)
+        writes = f"{files}\n  (and {stage.id}.manifest.json)"
     return (f"Reads: {reads}\n{writes}\n"
             f"LLM role: {role}\n\n"
             f"Run from the repository root: python -m {folder}.{stage.id} [--config {config}] [--set key=value]\n")

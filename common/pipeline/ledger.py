@@ -199,8 +199,17 @@ def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, 
             "prices": {"file": PRICES, "date": prices.get("date"), "source": prices.get("source")}}
 
 
+def context_tokens(ret: dict[str, Any], ans: dict[str, Any]) -> int:
+    """Table 3's context tokens: what the answer model read, i.e. the episodes a rerank kept when
+    ``answer.rerank`` selected some (its step records their tokens), else the whole buffer."""
+    rerank = (ans.get("steps") or {}).get("rerank") or {}
+    if isinstance(rerank, dict) and rerank.get("selected") and "tokens" in rerank:
+        return int(rerank["tokens"])
+    return int(ret.get("buffer_tokens") or 0)
+
+
 def efficiency(run_dir: Path, qids: Optional[set[str]] = None) -> dict[str, Any]:
-    """Table 3 per question and its means: plan, retrieval and generation seconds, buffer tokens.
+    """Table 3 per question and its means: plan, retrieval and generation seconds, context tokens.
 
     Latencies of calls served from the cache are the ORIGINAL call's latency when the cache kept
     it, else 0; ``cached_calls`` says how many calls that concerns.
@@ -220,7 +229,7 @@ def efficiency(run_dir: Path, qids: Optional[set[str]] = None) -> dict[str, Any]
         ret_s = float(ret.get("seconds") or 0.0)
         per_q.append({"qid": qid, "plan_s": round(plan_s, 4), "retrieval_s": round(ret_s, 4),
                       "generation_s": round(gen_s, 4), "end_to_end_s": round(plan_s + ret_s + gen_s, 4),
-                      "context_tokens": int(ret.get("buffer_tokens") or 0)})
+                      "context_tokens": context_tokens(ret, ans)})
     keys = ("plan_s", "retrieval_s", "generation_s", "end_to_end_s", "context_tokens")
     means = {k: round(float(np.mean([q[k] for q in per_q])), 4) if per_q else None for k in keys}
     return {"n": len(per_q), "mean": means, "cached_calls": cached,

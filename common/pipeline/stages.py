@@ -35,7 +35,7 @@ from common.core.schema import (
     from_dict,
     to_dict,
 )
-from common.evaluation import audited, scoring
+from common.evaluation import audited, scoring, sources
 from common.evaluation.registry import evaluator
 from common.method import answer as answer_mod
 from common.method import episodes as episodes_mod
@@ -73,10 +73,13 @@ def preprocess(run: Run) -> None:
     src, data, subset = load_selected(run.cfg)
     run_fp = check_protocol(run, reread=True)
     run.dir.mkdir(parents=True, exist_ok=True)
-    outs = [run.path("sessions"), run.path("questions"), run.path("gold")]
-    write_jsonl(outs[0], (to_dict(s) for s in data.sessions))
+    outs = [run.path("sessions"), run.path("questions"), run.path("gold"), run.path("session_sources")]
+    # Official session ids (LongMemEval's mark evidence sessions) go to the gold side only.
+    opaque, source_rows = sources.split(data.sessions)
+    write_jsonl(outs[0], (to_dict(s) for s in opaque))
     write_jsonl(outs[1], (to_dict(q) for q in data.questions))
     write_jsonl(outs[2], (to_dict(g) for g in data.gold))
+    write_jsonl(outs[3], source_rows)
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
     manifest(run, ID["preprocess"], inputs=[src], outputs=outs, rows=len(data.questions),
@@ -115,10 +118,11 @@ def extract(run: Run) -> None:
     rep_of = {e.episode_id: by_session[rep_session[f"{e.memory_id}::{e.session_id}"].key][i]
               for r in rows for i, e in enumerate(r.episodes)}
     g, imgs, pset = run.cfg.extract.granularity, run.cfg.episodes.include_images, run.cfg.prompts.set
+    proj = (run.cfg.extract.speaker_event_projection, run.cfg.extract.object_creator_projection)
     run_rows_deduplicated(run, ID["extract"], run.path("records"), "episode_id", eps, lambda e: e.episode_id, rep_of,
-              lambda e: extract_mod.extract_episode(run.llm, views[e.memory_id], e, g, imgs, pset),
+              lambda e: extract_mod.extract_episode(run.llm, views[e.memory_id], e, g, imgs, pset, proj),
               rebase_records, "extract", [run.path("episodes")], lambda r: r["fallback_used"],
-              digest_fn=lambda e: digest(to_dict(e)))
+              digest_fn=lambda e: digest([to_dict(e), proj] if any(proj) else to_dict(e)))
 
 
 # ----------------------------------------------------------------------------- 04
@@ -328,13 +332,18 @@ def answer(run: Run) -> None:
     ac = run.cfg.answer
     style = ac.prompt
     steps = answer_mod.AnswerSteps(prompt_set=run.cfg.prompts.set, rerank=ac.rerank, rerank_max=ac.rerank_max,
-                                   verify=ac.verify, style=style)
-    extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify)) if on)
+                                   verify=ac.verify, style=style, rerank_keep_all=ac.rerank_keep_all,
+                                   draft=ac.draft, verify_personal=ac.verify_personal)
+    extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
+                                        ("answer_draft", ac.draft == "json")) if on)
     if extra_roles:
         run.client(("answer", *extra_roles))  # every endpoint checked before any row
     # The code_rules switches enter the row digest only when on: paper rows keep their digests.
     switches = [s for s in (steps.prompt_set if steps.prompt_set != "paper" else "",
-                            f"rerank{ac.rerank_max}" if ac.rerank else "", "verify" if ac.verify else "") if s]
+                            f"rerank{ac.rerank_max}{'_keep_all' if ac.rerank_keep_all else ''}" if ac.rerank else "",
+                            "verify" if ac.verify else "",
+                            "draft_json" if ac.draft == "json" else "",
+                            "verify_short" if ac.verify and not ac.verify_personal else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
                lambda q: answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
                                                     rets[q.qid], style, steps),

@@ -11,6 +11,7 @@ from typing import Any
 from common.core import artifacts
 from common.core.io import content_digest, read_jsonl
 from common.core.schema import Gold, PlanRow, Question, RetrievalRow, from_dict, to_dict
+from common.evaluation import sources
 from common.method import baselines
 from common.method import bridge as bridge_mod
 from common.method.index import MemoryIndex
@@ -102,9 +103,11 @@ class Oracle(MemorySystem):
         super().__init__(ctx)
         assert ctx.read_gold is not None, "the harness hands read_gold to reads_gold systems"
         self.gold: dict[str, Gold] = ctx.read_gold()  # read up front, as before the registry
+        self.official = sources.session_sources(ctx.run_dir)  # gold side: official session ids
 
     def inputs(self) -> list[Any]:
-        return super().inputs() + [artifacts.path(self.ctx.run_dir, "gold")]
+        return super().inputs() + [artifacts.path(self.ctx.run_dir, "gold"),
+                                   artifacts.path(self.ctx.run_dir, "session_sources")]
 
     def row(self, question: Question, view: MemoryView) -> RetrievalRow:
-        return baselines.oracle(question, view, self.gold.get(question.qid), self.ctx.include_images)
+        return baselines.oracle(question, view, self.gold.get(question.qid), self.ctx.include_images, self.official)

@@ -45,6 +45,7 @@ PROMPT_KINDS: dict[str, str] = {
     "code_rules.plan_audit_user": "plan_audit",
     "code_rules.answer_rerank_user": "answer_rerank",
     "code_rules.answer_verify_user": "answer_verify",
+    "code_rules.answer_draft_user": "answer_draft",
     # A-MEM's two calls per note (a-mem 0.2.6, sent by common.systems.amem): the note's analysis
     # (keywords, context, tags) and the evolution decision over its nearest neighbours.
     "amem_analyze": "amem_analyze",
@@ -382,6 +383,8 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_rerank(text))
     if kind == "answer_verify":
         return json.dumps(reply_verify(text))
+    if kind == "answer_draft":  # the answer call's reply as the JSON draft's answer field
+        return json.dumps({"answer": reply_answer(text), "evidence_episode_ids": [], "reasoning": "scripted"})
     if kind == "mem0_extraction":
         return json.dumps(reply_mem0_extraction(text))
     if kind == "amem_analyze":
