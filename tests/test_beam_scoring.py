@@ -253,6 +253,10 @@ def test_judge_and_aggregate_through_the_fake_server(fake_server, tmp_path):
     items = sum(len(g.rubric) for g in golds)
     align_calls = sum(1 for r in rows for c in r.llm_calls if c["prompt_id"] == beam.ALIGN_USER)
     assert sum(len(r.llm_calls) for r in rows) == 2 * items + align_calls and align_calls > 0
+    # The dry run's count: exact for the rubric calls, an upper bound for the alignment calls.
+    bound = beam.judge_calls(golds, fill_question=True)
+    assert bound["rubric"] == 2 * items and 0 < align_calls <= bound["align_max"] == 2 * len(EO_RUBRIC) ** 2
+    assert beam.judge_calls(golds, fill_question=False)["rubric"] == items
     halves = [i for r in rows for i in r.scores["items"] if i["float"] == 0.5]
     assert halves  # the fake judge gives 0.5 to some items
     eo = next(r for r in rows if r.scores["ability"] == "event_ordering")

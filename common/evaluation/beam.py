@@ -445,3 +445,34 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
                       "(set score.beam_fill_question: true; it makes its own calls).")
         paths += write_table(table_rows(metrics, j), run.dir / f"table_{j}.md", title)
     return paths
+
+
+# --------------------------------------------------------------------------- dry run
+def judge_calls(golds: list[Gold], fill_question: bool) -> dict[str, int]:
+    """How many judge calls scoring ``golds`` makes (``make beam DRY_RUN=1``, docs/beam.md).
+
+    ``rubric``: one per rubric item (twice with ``score.beam_fill_question``: the official unfilled
+    call and the filled one). ``align_max``: the event-ordering YES/NO calls, at most one per
+    (answer line, unused rubric item) pair; with an answer of as many lines as the rubric that is
+    R*(R+1)/2 when no line matches and R when each line matches its own item first, so R*R is a
+    safe bound, assumed here. The exact count depends on the answer and is in the ledger after.
+    """
+    items = sum(len(g.rubric) for g in golds)
+    align = sum(len(g.rubric) ** 2 for g in golds if g.question_type == EVENT_ORDERING)
+    return {"rubric": items * (2 if fill_question else 1), "align_max": align}
+
+
+def judge_prompt_tokens(golds: list[Gold], questions: dict[str, str], answer_text: str, fill_question: bool,
+                        count: Callable[[str], int]) -> int:
+    """Prompt tokens of those calls: the exact rubric prompts with an assumed answer, plus the
+    alignment messages of the R*R bound with one rubric item standing in for each answer line."""
+    tokens = 0
+    for g in golds:
+        for item in g.rubric:
+            tokens += count(rubric_prompt(item, answer_text)) + 4
+            if fill_question:
+                tokens += count(rubric_prompt(item, answer_text, questions.get(g.qid, ""))) + 4
+        if g.question_type == EVENT_ORDERING:
+            for r in g.rubric:
+                tokens += len(g.rubric) * sum(count(m["content"]) + 4 for m in align_messages(r, r))
+    return tokens
