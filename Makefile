@@ -43,7 +43,7 @@ STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
-        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval \
+        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval audit-judge-beam \
         claims
 
 help:  ## list targets
@@ -194,3 +194,6 @@ audit-judge:  ## the configured judge over the locomo-audit stress sets -> resul
 
 audit-judge-longmemeval:  ## the configured LongMemEval judge on the golden answers -> results/audit/<judge>/
 	$(PY) -m common.pipeline.audit --config $(LME_CONFIG) $(if $(JUDGE_CONFIG),--config $(JUDGE_CONFIG)) $(AUDIT_ARGS)
+
+audit-judge-beam:  ## the BEAM rubric judge fed known-wrong answers (GOLD=results/beam/<run>/01_gold.jsonl) -> results/audit/beam-<judge>/
+	$(PY) -m common.pipeline.audit_beam --config $(or $(BEAM_CONFIG),configs/beam.yaml) --gold $(GOLD) $(if $(JUDGE_CONFIG),--config $(JUDGE_CONFIG)) $(if $(DRY_RUN),--dry-run) $(foreach s,$(SET),--set $(s))

@@ -295,3 +295,22 @@ def test_fill_question_is_in_the_judge_fingerprint():
     assert a["beam_scoring"] != b["beam_scoring"] and fingerprint.short(a) != fingerprint.short(b)
     assert set(a["judge_prompts"]) >= set(beam.PROMPT_IDS)
     assert "beam_scoring" not in fingerprint.judge_components(base, "r", "p")
+
+
+def test_audit_with_known_wrong_answers_through_the_fake_server(fake_server, tmp_path):
+    from common.pipeline.audit_beam import run_audit
+    from tests.conftest import make_client
+
+    golds = [_gold(f"q{c}-{k}", f"beam-100K-{c}", a, [f"rubric {a} {c} {j}" for j in range(2)])
+             for c in range(2) for k, a in enumerate(("abstention", "summarization"))]
+    golds = [dataclasses.replace(g, answer=f"ideal answer of {g.qid}") for g in golds]
+    wrong = beam.wrong_answers(golds)
+    assert all(wrong[g.qid] != g.answer and wrong[g.qid].startswith("ideal answer of q") for g in golds)
+    assert wrong["q0-0"] == "ideal answer of q1-0"  # same ability, the other chat
+    rows = run_audit(make_client(fake_server, tmp_path, "judge"), "j", golds, beam.Options())
+    report = beam.audit_report(rows)["overall"]
+    items = [i["float"] for r in rows for i in r.scores["items"]]
+    assert report["items"] == len(items) == 8 and report["failed"] == 0
+    assert report["verdicts"]["0.5"] == items.count(0.5) and report["verdicts"]["1.0"] == items.count(1.0)
+    assert report["share_full"] == pytest.approx(items.count(1.0) / 8)
+    assert "| overall | 4 (0) | 8 |" in beam.audit_markdown("j", beam.audit_report(rows))

@@ -476,3 +476,57 @@ def judge_prompt_tokens(golds: list[Gold], questions: dict[str, str], answer_tex
             for r in g.rubric:
                 tokens += len(g.rubric) * sum(count(m["content"]) + 4 for m in align_messages(r, r))
     return tokens
+
+
+# --------------------------------------------------------------------------- judge audit
+def wrong_answers(golds: list[Gold]) -> dict[str, str]:
+    """qid -> a known-wrong answer: the ideal answer of the next question of the same ability in
+    another chat (another question's gold, so it is fluent, on-format and off-target); a question
+    with no such partner gets the next question's answer of any ability in another chat."""
+    out: dict[str, str] = {}
+    for i, g in enumerate(golds):
+        others = golds[i + 1:] + golds[:i]
+        partner = next((o for o in others if o.question_type == g.question_type and o.memory_id != g.memory_id),
+                       next((o for o in others if o.memory_id != g.memory_id), None))
+        if partner is not None and partner.answer:
+            out[g.qid] = partner.answer
+    return out
+
+
+def audit_report(rows: list[JudgeRow]) -> dict[str, Any]:
+    """How often the rubric judge still gives credit to known-wrong answers: item verdicts 1.0 / 0.5
+    / 0.0 (counts and shares), per ability and overall, and the mean question score under the
+    official (int) and the float rule. A failed judgment is counted apart, never dropped."""
+    def block(sel: list[JudgeRow]) -> dict[str, Any]:
+        items = [i["float"] for r in sel for i in (r.scores or {}).get("items", [])]
+        counts = {"1.0": sum(x == 1.0 for x in items), "0.5": sum(x == 0.5 for x in items),
+                  "0.0": sum(x == 0.0 for x in items)}
+        ok = [r for r in sel if r.label is not None]
+        return {"questions": len(sel), "failed": len(sel) - len(ok), "items": len(items), "verdicts": counts,
+                "share_full": counts["1.0"] / len(items) if items else None,
+                "share_half": counts["0.5"] / len(items) if items else None,
+                "mean_official": sum(r.scores["official"] for r in ok) / len(ok) if ok else None,
+                "mean_float": sum(r.scores["float"] for r in ok) / len(ok) if ok else None}
+
+    return {"overall": block(rows),
+            "by_ability": {a: block([r for r in rows if (r.scores or {}).get("ability") == a])
+                           for a in ABILITIES if any((r.scores or {}).get("ability") == a for r in rows)}}
+
+
+def audit_markdown(judge: str, report: dict[str, Any]) -> str:
+    def pct(x: Optional[float]) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}"
+
+    lines = [f"# BEAM judge audit: {judge}", "",
+             "Each question's answer is another question's ideal answer (same ability, another chat): "
+             "every rubric credit is a false credit. Item verdicts as the judge replied (1.0 / 0.5 / 0.0); "
+             "question scores under the official int() rule and the float rule.", "",
+             "| Ability | Questions (failed) | Items | 1.0 % (k) | 0.5 % (k) | Mean score official "
+             "| Mean score float |",
+             "|---|---|---|---|---|---|---|"]
+    for name, b in [("overall", report["overall"]), *report["by_ability"].items()]:
+        v = b["verdicts"]
+        lines.append(f"| {name} | {b['questions']} ({b['failed']}) | {b['items']} | {pct(b['share_full'])} "
+                     f"({v['1.0']}) | {pct(b['share_half'])} ({v['0.5']}) | {pct(b['mean_official'])} | "
+                     f"{pct(b['mean_float'])} |")
+    return "\n".join(lines) + "\n"
