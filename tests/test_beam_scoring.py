@@ -233,7 +233,8 @@ def _gold(qid, chat, ability, rubric):
                 evidence=["1"], details={"difficulty": "easy"})
 
 
-def test_judge_and_aggregate_through_the_fake_server(fake_server, tmp_path):
+def test_judge_and_aggregate_through_the_fake_server(fake_server, tmp_path, monkeypatch):
+    monkeypatch.setattr(beam, "N_RESAMPLES", 300)  # the CIs' precision is not the point here
     from tests.conftest import make_client
 
     golds, answers = [], []
@@ -314,3 +315,51 @@ def test_audit_with_known_wrong_answers_through_the_fake_server(fake_server, tmp
     assert report["verdicts"]["0.5"] == items.count(0.5) and report["verdicts"]["1.0"] == items.count(1.0)
     assert report["share_full"] == pytest.approx(items.count(1.0) / 8)
     assert "| overall | 4 (0) | 8 |" in beam.audit_markdown("j", beam.audit_report(rows))
+
+
+# --------------------------------------------------------------------------- tables and figures
+def _scored_row(qid, ability, floats, fill):
+    items = [{"item": f"i{k}", "score": f, "reason": "", "int": int(f), "float": f} for k, f in enumerate(floats)]
+    scores = {"ability": ability, "items": items, "official": sum(int(f) for f in floats) / len(floats),
+              "float": sum(floats) / len(floats), "filled": None, "corrected": None, "headline": "official"}
+    if fill:
+        scores["filled"], scores["corrected"] = scores["official"], scores["float"]
+    return {"qid": qid, "judge": "j", "judge_model": "gpt-4.1-mini", "prompt_id": beam.RUBRIC_PROMPT,
+            "label": int(scores["official"] == 1.0), "scores": scores, "llm_calls": []}
+
+
+def test_beam_table_and_figure_from_a_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(beam, "N_RESAMPLES", 300)
+    from common.report import figures
+    from common.report.tables import command
+
+    run_dir = tmp_path / "results" / "beam" / "r1"
+    run_dir.mkdir(parents=True)
+    golds, rows = [], []
+    for c in range(2):
+        for a, floats in (("abstention", [1.0]), ("summarization", [0.5, 1.0]), ("temporal_reasoning", [0.5])):
+            qid = f"{a}-{c}"
+            golds.append(_gold(qid, f"beam-100K-{c}", a, [f"i{k}" for k in range(len(floats))]))
+            rows.append(_scored_row(qid, a, floats, fill=False))
+    write_jsonl(run_dir / "01_gold.jsonl", [to_dict(g) for g in golds])
+    write_jsonl(run_dir / "08_judge_j.jsonl", rows)
+    write_jsonl(run_dir / "07_answer.jsonl", [{"qid": g.qid, "model": "gpt-4.1-mini"} for g in golds])
+    handle = SimpleNamespace(cfg=SimpleNamespace(run=SimpleNamespace(name="r1")), dir=run_dir,
+                             path=lambda n: run_dir / {"gold": "01_gold.jsonl"}[n],
+                             judge_path=lambda j: run_dir / f"08_judge_{j}.jsonl")
+    metrics = beam.aggregate(handle, ["j"])
+    (run_dir / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    out = tmp_path / "tables"
+    assert command.main(["--results", str(tmp_path / "results"), "--out", str(out), "--only", "beam"]) == 0
+    md = (out / "table_beam.md").read_text(encoding="utf-8")
+    official = next(line for line in md.splitlines() if "r1/j/official" in line)
+    floats = next(line for line in md.splitlines() if "r1/j/float" in line)
+    assert "| 50.0 " in official and "| 75.0 " in floats  # SUM: int() loses the 0.5 verdicts
+    assert "r1/j/filled" not in md and "not transcribed" in md
+    fig_out = tmp_path / "figures"
+    assert figures.main(["--results", str(tmp_path / "results"), "--out", str(fig_out), "--only", "beam"]) == 0
+    assert (fig_out / "figure_beam.png").read_bytes().startswith(b"\x89PNG")
+    # A metrics.json that disagrees with the per-question files is refused.
+    metrics["judges"]["j"]["variants"]["float"]["by_ability"]["summarization"]["score"] = 0.9
+    (run_dir / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    assert command.main(["--results", str(tmp_path / "results"), "--out", str(out), "--only", "beam"]) == 1

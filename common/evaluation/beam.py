@@ -65,6 +65,8 @@ PROMPT_IDS = (RUBRIC_PROMPT, ALIGN_SYSTEM, ALIGN_USER)
 # The four scores of a question: official (int scores, placeholder unfilled), float (int defect
 # corrected), filled (placeholder filled, int scores), corrected (both corrected).
 VARIANTS = ("official", "float", "filled", "corrected")
+# Bootstrap resamples of every CI (as common.evaluation.stats' default).
+N_RESAMPLES = 10_000
 VARIANT_LABELS = {"official": "official (int, <question> unfilled)", "float": "float scores",
                   "filled": "<question> filled", "corrected": "both corrected"}
 
@@ -371,9 +373,11 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
                 sel = [(g, s) for g, s in scored if g.question_type == a]
                 if not sel:
                     continue
-                summary = score_with_ci([s.get(v) for _, s in sel], [g.memory_id for g, _ in sel])
+                summary = score_with_ci([s.get(v) for _, s in sel], [g.memory_id for g, _ in sel],
+                                        n_resamples=N_RESAMPLES)
                 by_ability[a] = {"score": report[a], **summary}
-            allq = score_with_ci([s.get(v) for _, s in scored], [g.memory_id for g, _ in scored])
+            allq = score_with_ci([s.get(v) for _, s in scored], [g.memory_id for g, _ in scored],
+                                 n_resamples=N_RESAMPLES)
             block["variants"][v] = {"by_ability": by_ability, "overall": overall(report),
                                     "overall_over": sum(report[a] is not None for a in ABILITIES),
                                     "questions": allq}
