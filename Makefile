@@ -42,7 +42,7 @@ STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
 check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
-.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
+.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings bench-beam-index clean-run \
         ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval audit-judge-beam \
         claims
 
@@ -171,6 +171,9 @@ bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (
 
 bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/scale_$(PRESET).{json,md} (PRESET=s|m, LIMIT=N questions, BENCH_ARGS="--latency 0.2 --pool 2000")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(BENCH_ARGS)
+
+bench-beam-index:  ## the index build over BEAM's 500K tier (35 chats) from the pinned repository: CPU s, texts/s, peak RSS -> results/bench/beam_index_500K.{json,md} (BENCH_ARGS="--chats 1")
+	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_index $(BENCH_ARGS)
 
 bench-embeddings:  ## texts/s of the index build per embedding runtime (torch, onnx, onnx-int8) and retrieval equality -> results/bench/embeddings.{json,md}
 	HF_HUB_OFFLINE=1 $(PY) -m bench.embedding_speed $(BENCH_ARGS)
