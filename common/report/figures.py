@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 from matplotlib.figure import Figure
 
 from common.core.config import ConfigError
+from common.report.tables.beam import beam_figure
 from common.report.tables.command import cli
 from common.report.tables.published import NOT_REPORTED, comparable, number
 from common.report.tables.runs import MAKE_ABLATIONS, Context, Measured, ablation_runs, ci_bounds, measured, subset_note
@@ -187,8 +188,6 @@ BUILDERS = {"2": figure2, "3": figure3}
 
 def _write_beam(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
     """figure_beam: BEAM per ability, official vs corrected (common.report.tables.beam)."""
-    from common.report.tables.beam import beam_figure
-
     fig, series = beam_figure(ctx)
     out.mkdir(parents=True, exist_ok=True)
     png, pdf = out / "figure_beam.png", out / "figure_beam.pdf"
