@@ -54,9 +54,9 @@ STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
 check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
-.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale bench-embeddings clean-run \
-        ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report audit-judge audit-judge-longmemeval \
-        claims docs-serve import export
+.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
+        bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
+        audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -219,6 +219,9 @@ bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (
 bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/scale_$(PRESET).{json,md} (PRESET=s|m, LIMIT=N questions, BENCH_ARGS="--latency 0.2 --pool 2000")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(BENCH_ARGS)
 
+bench-beam-index:  ## the index build over BEAM's 500K tier (35 chats) from the pinned repository: CPU s, texts/s, peak RSS -> results/bench/beam_index_500K.{json,md} (BENCH_ARGS="--chats 1")
+	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_index $(BENCH_ARGS)
+
 bench-embeddings:  ## texts/s of the index build per embedding runtime (torch, onnx, onnx-int8) and retrieval equality -> results/bench/embeddings.{json,md}
 	HF_HUB_OFFLINE=1 $(PY) -m bench.embedding_speed $(BENCH_ARGS)
 
@@ -246,3 +249,6 @@ audit-judge:  ## the configured judge over the locomo-audit stress sets -> resul
 
 audit-judge-longmemeval:  ## the configured LongMemEval judge on the golden answers -> results/audit/<judge>/
 	$(PY) -m common.pipeline.audit --config $(LME_CONFIG) $(if $(JUDGE_CONFIG),--config $(JUDGE_CONFIG)) $(AUDIT_ARGS)
+
+audit-judge-beam:  ## the BEAM rubric judge fed known-wrong answers (GOLD=results/beam/<run>/01_gold.jsonl) -> results/audit/beam-<judge>/
+	$(PY) -m common.pipeline.audit_beam --config $(or $(BEAM_CONFIG),configs/beam.yaml) --gold $(GOLD) $(if $(JUDGE_CONFIG),--config $(JUDGE_CONFIG)) $(if $(DRY_RUN),--dry-run) $(foreach s,$(SET),--set $(s))

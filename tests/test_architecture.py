@@ -26,7 +26,9 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          # the adapter has set the environment they read at import (telemetry, price map).
          "agentic_memory", "chromadb",
          # The LLM SDK: loaded on first use by common/core/llm.py (a cached stage never pays its import).
-         "openai"}
+         "openai",
+         # BEAM's official scorer repairs a malformed judge reply with json_repair: only that path needs it.
+         "json_repair"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and
 # must not move with the package layout), each with the ONE layer it may import. They are thin:
 # imports of that layer only, no definitions, nothing imports them.

@@ -360,6 +360,12 @@ class ScoreConfig:
     # LoCoMo category 5: score the answers by the abstention rule (common.evaluation.adversarial)
     # and report them as their own column, never in the overall.
     adversarial: bool = False
+    # BEAM: the official scorer's two defects are reproduced by default; each switch corrects one.
+    # beam_float_scores: score a rubric item float(score) (officially int(score): every 0.5 -> 0);
+    # the same judge replies, no new call. beam_fill_question: fill the judge prompt's <question>
+    # placeholder (officially never filled): one more call per rubric item.
+    beam_float_scores: bool = False
+    beam_fill_question: bool = False
 
 
 @dataclass(frozen=True)

@@ -120,12 +120,17 @@ def _method_section(cfg: Config, section: str) -> dict[str, Any]:
 
 
 def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
+    beam = str(cfg.benchmark) == "beam"
     prompts = {k: v for k, v in _prompt_hashes(judge=True).items()
-               if k == cfg.judge.prompt or (cfg.judge.prompt == "official" and k.startswith("judge_lme_"))}
+               if k == cfg.judge.prompt or (cfg.judge.prompt == "official" and k.startswith("judge_lme_"))
+               or (beam and k.startswith("judge_beam_"))}
     out: dict[str, Any] = {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
            "judge_prompts": prompts, "scoring_policy": policy}
     if cfg.judge.runs != 1:  # only then: single-run fingerprints made before judge.runs stay valid
         out["judge_runs"] = cfg.judge.runs
+    if beam:  # the scoring switches (common.evaluation.beam): only BEAM runs carry them
+        out["beam_scoring"] = {"float_scores": cfg.score.beam_float_scores,
+                               "fill_question": cfg.score.beam_fill_question}
     return out
 
 

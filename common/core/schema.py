@@ -349,3 +349,9 @@ class JudgeRow:
     # data.errata: the same answer judged against the corrected golden answer (only for questions
     # whose golden answer the audit corrected): {answer, label, labels, error}.
     corrected: Optional[dict[str, Any]] = None
+    # BEAM (common.evaluation.beam): every call of the row (one per rubric item, the event-ordering
+    # alignment calls; the ledger reads these) and the question's scores under the official rule and
+    # its corrections. ``label`` is then 1 iff the headline score is 1.0. Left out while empty.
+    llm_calls: list[dict[str, Any]] = field(default_factory=list)
+    scores: dict[str, Any] = field(default_factory=dict)
+    OMIT_EMPTY: ClassVar[tuple[str, ...]] = ("llm_calls", "scores")

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common.core.schema import Gold
-from common.evaluation import locomo, longmemeval
+from common.evaluation import beam, locomo, longmemeval
 
 
 class Evaluator(Protocol):
@@ -22,10 +22,13 @@ class Evaluator(Protocol):
     def write_tables(self, run: Any, metrics: dict[str, Any]) -> list[Path]: ...
 
 
-EVALUATORS: dict[str, Evaluator] = {"locomo": locomo, "longmemeval": longmemeval}
+EVALUATORS: dict[str, Evaluator] = {"locomo": locomo, "longmemeval": longmemeval, "beam": beam.Beam()}
 
 
-def evaluator(name: str) -> Evaluator:
+def evaluator(name: str, cfg: Any = None) -> Evaluator:
+    """The evaluator of benchmark ``name``; with ``cfg``, BEAM's carries the run's ``score.beam_*`` switches."""
+    if name == "beam" and cfg is not None:
+        return beam.Beam(beam.options(cfg))
     try:
         return EVALUATORS[name]
     except KeyError:

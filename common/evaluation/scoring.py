@@ -43,6 +43,8 @@ POLICIES = {
     "longmemeval": "LongMemEval all 500 items scored (abstention by _abs in the id); official "
                    "templates, label = 'yes' in reply; failures count wrong in strict accuracy, "
                    "excluded in clean",
+    "beam": "BEAM all probing questions scored; official rubric judge (one call per item, event ordering "
+            "by LLM alignment and tau_norm), mean over chats per ability; failures count 0",
 }
 
 

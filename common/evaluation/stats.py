@@ -553,3 +553,43 @@ def table10(primary_by_category: Mapping[str, float], secondary_by_category: Map
         "pearson_r": r,
         "delta_pp_by_category": {c: float(d) for c, d in zip(cats, delta)},
     }
+
+
+# ----------------------------------------------------------------------------- fractional scores
+def score_with_ci(values: Sequence[Optional[float]], clusters: Sequence[Any], *, n_resamples: int = 10_000,
+                  seed: int = 42, confidence: float = 0.95) -> dict[str, Any]:
+    """Fractional per-question scores in [0, 1] (a rubric score, a normalised tau) with their sums.
+
+    Failures (None) count 0, as strict accuracy counts them wrong. The reported number is the
+    mean over clusters of each cluster's mean (``mean_of_clusters``: BEAM's official aggregation,
+    one chat one vote); the pooled mean over questions is given beside it with its sum and count.
+
+    CIs: ``ci`` is the question bootstrap (BCa) of the pooled mean; ``ci_cluster`` resamples whole
+    clusters and recomputes the mean of cluster means, i.e. the bootstrap of the cluster means
+    (BCa, or a point interval when they are all equal; undefined with fewer than two clusters).
+    """
+    if len(clusters) != len(values):
+        raise ValueError(f"one cluster per score needed, got {len(clusters)} clusters for {len(values)} scores")
+    for v in values:
+        if v is not None and (isinstance(v, bool) or not 0.0 <= float(v) <= 1.0):
+            raise ValueError(f"scores must be in [0, 1] or None, got {v!r}")
+    strict = np.asarray([0.0 if v is None else float(v) for v in values], dtype=float)
+    sums, sizes = _cluster_sums(strict, list(clusters)) if len(values) else (np.zeros(0), np.zeros(0))
+    means = sums / sizes if sizes.size else np.zeros(0)
+    out: dict[str, Any] = {
+        "n": len(values), "sum": round(float(strict.sum()), 4), "n_failed": sum(v is None for v in values),
+        "mean": round(float(strict.mean()), 4) if len(values) else None,
+        "n_clusters": int(sizes.size),
+        "mean_of_clusters": round(float(means.mean()), 4) if means.size else None,
+    }
+    low, high = _bootstrap_mean(strict, n_resamples, seed, confidence)
+    out["ci"] = {"low": low, "high": high, "confidence": confidence, "method": CI_METHOD,
+                 "n_resamples": n_resamples, "seed": seed}
+    if means.size < MIN_CLUSTERS:
+        clow, chigh, method = None, None, f"undefined with fewer than {MIN_CLUSTERS} clusters"
+    else:
+        clow, chigh = _bootstrap_mean(means, n_resamples, seed, confidence)
+        method = "cluster bootstrap BCa of the mean of cluster means (resampling clusters)"
+    out["ci_cluster"] = {"low": clow, "high": chigh, "confidence": confidence, "method": method,
+                         "n_resamples": n_resamples, "seed": seed, "n_clusters": int(sizes.size)}
+    return out

@@ -25,7 +25,7 @@ from common.core import artifacts, prompts
 from common.core.config import ONLINE_ROLES, ROLE_PARENT, ROLES, Config, ConfigError, load_config
 from common.core.io import read_jsonl
 from common.core.tokens import count_tokens
-from common.evaluation import audited
+from common.evaluation import audited, beam
 from common.evaluation.judge import judge_messages
 from common.evaluation.judge_lme import judge_messages as lme_messages
 from common.evaluation.judge_lme import template_id
@@ -192,8 +192,14 @@ def estimate(cfg: Config) -> dict[str, Any]:
                 f"buffer {buffer:.0f} tokens assumed")
     q_by = {q.qid: q for q in data.questions}
     answer_text = "a " * int(ASSUME["answer_text"])  # an assumed answer of that many tokens
+    beam_calls: dict[str, int] = {}
     if cfg.benchmark == "locomo":
         tin = sum(_tok(judge_messages(cfg.judge.prompt, q_by[g.qid].question, g.answer, answer_text)) for g in scored)
+    elif str(cfg.benchmark) == "beam":  # one call per rubric item plus the event-ordering alignment calls
+        opts = beam.options(cfg)
+        beam_calls = beam.judge_calls(scored, opts.fill_question)
+        tin = beam.judge_prompt_tokens(scored, {q.qid: q.question for q in data.questions}, answer_text,
+                                       opts.fill_question, count_tokens)
     else:
         tin = sum(_tok(lme_messages(template_id(g.question_type, g.qid), q_by[g.qid].question, g.answer,
                                     answer_text)) for g in scored)
@@ -201,11 +207,19 @@ def estimate(cfg: Config) -> dict[str, Any]:
     errata = audited.run_errata(cfg)  # data.errata: corrected golden answers are judged once more
     again = len(set(errata.corrected_answers()) & {g.qid for g in scored}) if errata else 0
     tin = tin * (len(scored) + again) / len(scored) if scored else 0
-    add(by_name("judge").instance(cfg.judge.name), "judge", (len(scored) + again) * runs, tin * runs,
-        ASSUME["judge_out"] * (len(scored) + again) * runs,
-        _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name) * runs,
-        "exact judge prompts; answer length assumed" + (f"; {runs} judge runs per answer" if runs > 1 else "")
-        + (f"; {again} corrected answers judged again (data.errata)" if again else ""))
+    if beam_calls:
+        n_calls = (beam_calls["rubric"] + beam_calls["align_max"]) * runs
+        done = _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name)
+        add(by_name("judge").instance(cfg.judge.name), "judge", n_calls, tin * runs, ASSUME["judge_out"] * n_calls,
+            round(n_calls * done / len(scored)) if scored else 0,
+            f"BEAM: {beam_calls['rubric']} rubric-item calls + at most {beam_calls['align_max']} event-ordering "
+            "alignment calls (R*R per question); exact rubric prompts, answer length assumed")
+    else:
+        add(by_name("judge").instance(cfg.judge.name), "judge", (len(scored) + again) * runs, tin * runs,
+            ASSUME["judge_out"] * (len(scored) + again) * runs,
+            _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name) * runs,
+            "exact judge prompts; answer length assumed" + (f"; {runs} judge runs per answer" if runs > 1 else "")
+            + (f"; {again} corrected answers judged again (data.errata)" if again else ""))
     # A stage added to the graph without an estimator here is listed, never silently left out.
     estimated = {s["stage"].split("_")[0] for s in stages}
     for node in llm_stages():  # every one has a role

@@ -359,7 +359,7 @@ def answer(run: Run) -> None:
 # ----------------------------------------------------------------------------- 08
 def judge(run: Run) -> None:
     check_protocol(run, judge=run.cfg.judge.name)
-    data, scorer = adapter(run.cfg.benchmark), evaluator(run.cfg.benchmark)
+    data, scorer = adapter(run.cfg.benchmark), evaluator(run.cfg.benchmark, run.cfg)
     gold = {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}
     answers = [from_dict(AnswerRow, r) for r in read_jsonl(run.path("answers"))]
     scored = [a for a in answers if data.is_scored(gold[a.qid])]
@@ -372,13 +372,16 @@ def judge(run: Run) -> None:
              "judge", [run.path("answers"), run.path("gold")],
              lambda r: r["label"] is None or audited.corrected_failed(r),
              digest_fn=lambda a: digest([a.question, a.answer, gold[a.qid].answer] + ([runs] if runs > 1 else [])
-                                        + ([fixed[a.qid]] if a.qid in fixed else [])))
+                                        + ([fixed[a.qid]] if a.qid in fixed else [])
+                                        # BEAM: the rubric and the scoring switches enter every judgment
+                                        + ([gold[a.qid].rubric, repr(getattr(scorer, "opts", None))]
+                                           if gold[a.qid].rubric else [])))
 
 
 # ----------------------------------------------------------------------------- 09
 def aggregate(run: Run) -> None:
     started = time.time()
-    scorer = evaluator(run.cfg.benchmark)
+    scorer = evaluator(run.cfg.benchmark, run.cfg)
     judges = artifacts.judges(run.dir)
     if not judges:
         raise FileNotFoundError(f"no 08_judge_*.jsonl in {run.dir}: run the judge stage first")

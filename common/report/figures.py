@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 from matplotlib.figure import Figure
 
 from common.core.config import ConfigError
+from common.report.tables.beam import beam_figure
 from common.report.tables.command import cli
 from common.report.tables.published import NOT_REPORTED, comparable, number
 from common.report.tables.runs import MAKE_ABLATIONS, Context, Measured, ablation_runs, ci_bounds, measured, subset_note
@@ -185,6 +186,19 @@ def figure3(ctx: Context) -> tuple[Figure, list[Panel]]:
 BUILDERS = {"2": figure2, "3": figure3}
 
 
+def _write_beam(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
+    """figure_beam: BEAM per ability, official vs corrected (common.report.tables.beam)."""
+    fig, series = beam_figure(ctx)
+    out.mkdir(parents=True, exist_ok=True)
+    png, pdf = out / "figure_beam.png", out / "figure_beam.pdf"
+    fig.savefig(png, dpi=200, metadata={"Software": None})
+    fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None})
+    sidecar = out / "figure_beam.sources.json"
+    sidecar.write_text(json.dumps({"figure": "figure_beam", **meta, "series": series}, ensure_ascii=False, indent=2)
+                       + "\n", encoding="utf-8")
+    return [png, pdf, sidecar]
+
+
 def write(name: str, fig: Figure, panels: list[Panel], out: Path, meta: dict[str, Any]) -> list[Path]:
     """PNG + PDF (no timestamps, so reruns give the same PDF) and the sources sidecar."""
     out.mkdir(parents=True, exist_ok=True)
@@ -210,7 +224,7 @@ def _writer(number: str, build: Callable[[Context], tuple[Figure, list[Panel]]]
 
 def main(argv: Optional[list[str]] = None) -> int:
     return cli(argv, prog="python -m common.report.figures", doc=__doc__ or "", kind="figure", default_out=DEFAULT_OUT,
-               builders={f: _writer(f, b) for f, b in BUILDERS.items()})
+               builders={**{f: _writer(f, b) for f, b in BUILDERS.items()}, "beam": _write_beam})
 
 
 if __name__ == "__main__":

@@ -60,6 +60,11 @@ PROMPT_KINDS: dict[str, str] = {
     "judge_lme_abstention": "judge_lme",
     # make doctor's probe of an endpoint (common.pipeline.doctor).
     "doctor_user": "doctor",
+    # BEAM's official rubric judge (one call per rubric item) and its event-ordering YES/NO
+    # alignment call (sent with the user template's id; the system template is listed as its part).
+    "judge_beam_rubric": "judge_beam",
+    "judge_beam_align_user": "judge_beam_align",
+    "judge_beam_align_system": "judge_beam_align",
 }
 CHAT_KINDS = frozenset(PROMPT_KINDS.values())
 # Ids of prompts an outside memory system owns (inside its package, not in common/prompts/).
@@ -365,6 +370,25 @@ def judge_label(text: str) -> str:
     return "CORRECT" if hashlib.sha256(text.encode("utf-8")).digest()[0] % 2 == 0 else "WRONG"
 
 
+BEAM_SNIPPETS_RE = re.compile(r"First snippet: (.*?) \n\n\s*Second snippet: (.*?)\n\s*$", re.DOTALL)
+BEAM_SCORES = (1.0, 0.5, 0.0)
+
+
+def reply_judge_beam(text: str) -> dict:
+    """A rubric verdict: 1.0, 0.5 or 0.0 chosen by a hash of the prompt (so some items get 0.5)."""
+    score = BEAM_SCORES[hashlib.sha256(text.encode("utf-8")).digest()[0] % 3]
+    return {"score": score, "reason": f"scripted verdict {score}"}
+
+
+def reply_judge_beam_align(text: str) -> str:
+    """YES when the two snippets share a content word (case-insensitive), else NO."""
+    m = BEAM_SNIPPETS_RE.search(text)
+    if not m:
+        return "NO"
+    first, second = ({w.lower() for w in content_words(part)} for part in m.groups())
+    return "YES" if first & second else "NO"
+
+
 def scripted_content(kind: str, text: str) -> str:
     """The normal (unfaulted) message content for a recognised prompt kind."""
     if kind in ("partition", "partition_repair"):
@@ -395,6 +419,10 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps({"label": judge_label(text)})
     if kind == "judge_lme":
         return "Yes." if judge_label(text) == "CORRECT" else "No."
+    if kind == "judge_beam":
+        return json.dumps(reply_judge_beam(text))
+    if kind == "judge_beam_align":
+        return reply_judge_beam_align(text)
     if kind == "doctor":
         return json.dumps({"word": "florp", "sentence": "The florp hummed."})
     raise ValueError(f"no scripted reply for kind {kind!r}")

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 from common.core.config import ConfigError, resolve_path
 from common.pipeline import experiments as exp_mod
+from common.report.tables.beam import beam_table
 from common.report.tables.published import DEFAULT_PUBLISHED, load_published
 from common.report.tables.runs import Context, TableError
 from common.report.tables.systems import systems_table
@@ -29,6 +30,7 @@ from common.report.tables.writers import write
 DEFAULT_OUT = "results/tables"
 BUILDERS: dict[str, Callable[[Context], Table]] = {"1": table1, "2": table2, "3": table3, "4": table4, "10": table10,
                                                    "systems": systems_table}
+BUILDERS["beam"] = beam_table  # BEAM: per ability, official and corrected scoring (common.report.tables.beam)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
