@@ -361,7 +361,18 @@ def test_an_export_imports_back_with_the_same_labels_and_accuracies(runs, tmp_pa
     assert after["second"]["overall"]["k"] == sum(r["label"] for r in second)
 
 
-def test_a_run_on_a_modified_dataset_says_so_with_both_hashes(runs):
+def test_a_run_on_a_modified_dataset_says_so_with_both_hashes(runs, tmp_path, monkeypatch):
+    from common.evaluation.labels import load_labels
+    from common.report.claims import build as claims_build
+
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_BASE_URLS"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "results" / "locomo").mkdir(parents=True)
+    (tmp_path / "results" / "locomo" / "a").symlink_to(runs["a"])  # make claims over run a only
+    claims = claims_build(tmp_path / "results", tmp_path / "claims", rejudge=False)
+    claims_md = next(p for p in claims if p.suffix == ".md").read_text()
+    sha = json.loads((runs["a"] / "fingerprint.json").read_text())["run"]["components"]["dataset_sha256"]
+    assert f"a: MODIFIED DATASET: sha256 {sha}" in claims_md
     for run, official in ((runs["a"], "locomo10.json"), (runs["lme"], "longmemeval_s_cleaned.json")):
         metrics = json.loads((run / "metrics.json").read_text())
         fp = json.loads((run / "fingerprint.json").read_text())["run"]["components"]
@@ -371,6 +382,8 @@ def test_a_run_on_a_modified_dataset_says_so_with_both_hashes(runs):
         for table in run.glob("table_*.md"):
             assert warning in table.read_text(), table
         assert json.loads((run / "export" / "manifest.json").read_text())["dataset"]["warning"] == warning
+    comparison = compare.compare_runs(load_labels(runs["a"], JUDGE), load_labels(runs["b"], JUDGE))
+    assert any(w.startswith("A: MODIFIED DATASET: sha256 ") for w in comparison["warnings"])
 
 
 # Artifact-looking names in README.md and docs/*.md: every one must be a file of a fixture run.

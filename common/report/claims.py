@@ -282,6 +282,11 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
         judge = configured if configured in judges else (judges[0] if judges else run_judges(run_dir)[0])
         claim = next((c for c in claims.values() if c.benchmark == benchmark and run_dir.name in c.runs), None)
     notes: list[str] = []
+    metrics_file = artifacts.path(run_dir, "metrics")
+    dataset = (json.loads(metrics_file.read_text(encoding="utf-8")).get("dataset") or {}) \
+        if metrics_file.exists() else {}
+    if dataset.get("warning"):  # 09_aggregate: the benchmark file is not the official release
+        notes.append(f"{run_dir.name}: {dataset['warning']}")
     labels = load_labels(run_dir, judge)
     judge_file = artifacts.judge_path(run_dir, judge).name
     row: dict[str, Any] = {
