@@ -351,3 +351,13 @@ def test_dry_run_counts_the_json_draft_under_its_own_role(tmp_path):
     roles = {s["role"]: s for s in est["stages"]}
     assert "answer" in plain and "answer_draft" not in plain
     assert roles["answer_draft"]["calls"] == est["questions"] and "answer" not in roles
+
+
+def test_the_oracle_finds_answer_sessions_through_the_gold_side_ids():
+    from common.core.schema import Gold
+    from common.method import baselines
+
+    view = _view([(1, [Turn("D1:1", "user", "hello", role="user")]), (2, [Turn("D2:1", "user", "bye", role="user")])])
+    gold = Gold("q1", "m", "a", 0, answer_session_ids=["answer_77aa"])
+    row = baselines.oracle(Question("q1", "m", "?"), view, gold, False, {("m", "session_2"): "answer_77aa"})
+    assert row.dia_ids == ["D2:1"] and row.method_info["evidence_source"] == "answer_sessions"
