@@ -4,7 +4,8 @@ The official ``compute_metrics.py``, ``report_results.py`` and ``prompts.py`` ar
 from the fetched repository (``BEAM_REPO``, default the workplace mirror) into the test's tmp dir
 and their pure functions called with stub LLM objects that return recorded judge replies; their
 heavy imports (nltk, rouge, sentence-transformers, langchain via src.llm) are fake modules put
-into ``sys.modules`` for the test only. Nothing of the official code is vendored.
+into ``sys.modules`` for the test only. Nothing of the official code is vendored. The official
+module imports ``json_repair`` (pinned in requirements.txt), so the test needs it installed.
 """
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ import pytest
 from common.core.io import write_jsonl
 from common.core.schema import AnswerRow, Gold, to_dict
 from common.evaluation import beam
-
-pytest.importorskip("json_repair", reason="json-repair (pinned in requirements.txt) is not installed")
 
 BEAM_REPO = Path(os.environ.get("BEAM_REPO", "/work/.mirror/mohammadtavakoli78+BEAM/repo"))
 FILES = ("src/evaluation/compute_metrics.py", "src/evaluation/report_results.py", "src/prompts.py")
