@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from common.core.config import Config
+from common.core.config import Config, RoutesConfig
 from common.core.prompts import PROMPT_DIR
 
 # Bump when a code change alters any artifact or score for the same config and data.
@@ -40,11 +40,13 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {"runtime": "torch"},
     "prompts": {"set": "paper"},
     "plan": {"validation": "schema", "audit": False},
-    "answer": {"rerank": False, "rerank_max": 20, "verify": False},
+    "answer": {"rerank": False, "rerank_max": 20, "verify": False, "routes": dataclasses.asdict(RoutesConfig())},
 }
 # The roles of those switches, fingerprinted only when their switch is on.
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),
-                  "answer_verify": ("answer", "verify")}
+                  "answer_verify": ("answer", "verify"),
+                  "answer_count": ("answer", "routes", "count"),
+                  "answer_temporal": ("answer", "routes", "temporal", "relative_age")}
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
 FILE = "fingerprint.json"
 
@@ -55,6 +57,17 @@ class FingerprintMismatch(RuntimeError):
 
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _switched(cfg: Config, role: str) -> bool:
+    """Whether a switched role's switch is on: ``(section, key)``, or ``(section, block, key, ...)``
+    for a block of switches (answer.routes), any of whose keys turns the role on."""
+    section, *rest = SWITCHED_ROLES[role]
+    node = getattr(cfg, section)
+    if len(rest) == 1:
+        return bool(getattr(node, rest[0]))
+    block = getattr(node, rest[0])
+    return any(getattr(block, k) for k in rest[1:])
 
 
 def _clean(d: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +89,7 @@ def _prompt_hashes(judge: bool) -> dict[str, str]:
 def _set_prompt_hashes(cfg: Config) -> dict[str, str]:
     """The prompt-set files (``common/prompts/<set>/``), only for a run that uses one of them: the
     set itself, or a switch whose prompts live there (plan.audit, answer.rerank, answer.verify)."""
-    used = cfg.prompts.set != "paper" or any(getattr(getattr(cfg, s), f) for s, f in SWITCHED_ROLES.values())
+    used = cfg.prompts.set != "paper" or any(_switched(cfg, r) for r in SWITCHED_ROLES)
     if not used:
         return {}
     return {f"{p.parent.name}.{p.stem}": hashlib.sha256(p.read_bytes()).hexdigest()[:16]
@@ -91,7 +104,7 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         "prompts": {**_prompt_hashes(judge=False), **_set_prompt_hashes(cfg)},
         "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer", "memory",
                                               *SWITCHED_ROLES)
-                  if r not in SWITCHED_ROLES or getattr(getattr(cfg, SWITCHED_ROLES[r][0]), SWITCHED_ROLES[r][1])},
+                  if r not in SWITCHED_ROLES or _switched(cfg, r)},
         # A section added later (prompts) is left out while it holds only defaults.
         "method": {s: sec for s in METHOD_SECTIONS if (sec := _method_section(cfg, s)) or s != "prompts"},
     }

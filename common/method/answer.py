@@ -5,9 +5,12 @@ question's type or label): ``answer.rerank`` first lets one call (role ``answer_
 buffer episodes that fill the question's evidence slots, and the answer reads only those;
 ``answer.verify`` treats the answer as a draft that one independent call (role ``answer_verify``)
 keeps or rewrites. Any failure of either step keeps what was there before it, recorded in ``steps``.
+``answer.routes.*`` (common.method.routes) run before both: guards on the buffer, and the counting
+and temporal ledgers, whose answer (when they compute one) replaces the answer call.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from common.core import prompts
 from common.core.llm import Completion, LLMCallError, LLMClient, parse_json_object
 from common.core.schema import AnswerRow, Plan, Question, RetrievalRow
 from common.method.plan import compact_plan
+from common.method.routes import Routes, run_routes
 
 PROMPT_IDS = ("answer_system", "answer_user")
 RERANK_PROMPT_IDS = ("code_rules.answer_rerank_system", "code_rules.answer_rerank_user")
@@ -35,6 +39,7 @@ class AnswerSteps:
     rerank_max: int = 20
     verify: bool = False
     style: str = "harness"
+    routes: Routes = Routes()
 
 
 @dataclass
@@ -210,9 +215,11 @@ def _verify(client: LLMClient, question: Question, episodes: str, draft: str,
 
 
 def answer_question(client: LLMClient, question: Question, plan: Plan | None, retrieval: RetrievalRow,
-                    style: str = "harness", steps: Optional[AnswerSteps] = None) -> AnswerRow:
+                    style: str = "harness", steps: Optional[AnswerSteps] = None,
+                    pool: Optional[list[str]] = None) -> AnswerRow:
     """One plain chat call (plus the optional rerank before and verify after it, for a plan's
-    episode buffer); a failed answer call is a recorded row with ``answer=None``."""
+    episode buffer); a failed answer call is a recorded row with ``answer=None``. ``pool``: every
+    episode block of the memory (answer.routes.user_overlap)."""
     steps = steps or AnswerSteps(style=style)
     settings = client.settings("answer")
     family = prompt_family(plan, retrieval, steps.style)
@@ -220,11 +227,26 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     row = AnswerRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
                     answer=None, model=settings.model,
                     prompt_id=prompts.pick(_prompt_id(family), prompt_set))
-    multi = plan is not None and (steps.rerank or steps.verify)
+    routed = plan is not None and steps.routes != Routes()
+    multi = plan is not None and (steps.rerank or steps.verify or routed)
     calls = _Calls()
     episodes: Optional[str] = None
+    note = ""
+    if routed:
+        prep = run_routes(client, question, plan, split_buffer(retrieval.buffer_text, retrieval.episode_ids)
+                          if retrieval.buffer_text else [], steps.routes, calls.add, pool)
+        row.steps.update(prep.steps)
+        if prep.buffer is not None and prep.episode_ids is not None:
+            retrieval = dataclasses.replace(retrieval, buffer_text=prep.buffer, episode_ids=prep.episode_ids)
+        if prep.answer is not None:  # a ledger computed the answer: no answer call
+            row.answer = prep.answer
+            _record(row, calls, multi)
+            return row
+        note = prep.note
     if plan is not None and steps.rerank:
         episodes, row.steps["rerank"] = _rerank(client, question, plan, retrieval, steps, calls)
+    if note:  # a ledger's checked lines, read before the episodes
+        episodes = note + "\n\n" + (retrieval.buffer_text if episodes is None else episodes)
     try:
         c = client.complete("answer", answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes),
                             json_mode=False, prompt_id=row.prompt_id)

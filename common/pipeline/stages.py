@@ -42,7 +42,8 @@ from common.method import extract as extract_mod
 from common.method import plan as plan_mod
 from common.method.dedup import rebase_partition, rebase_records, representatives
 from common.method.index import CHUNK_FORMAT, build_index, index_fingerprint
-from common.method.render import MemoryView
+from common.method.render import MemoryView, render_buffer
+from common.method.routes import Routes
 from common.pipeline import ledger
 from common.pipeline.engine import (
     Run,
@@ -322,16 +323,21 @@ def answer(run: Run) -> None:
     ac = run.cfg.answer
     style = ac.prompt
     steps = answer_mod.AnswerSteps(prompt_set=run.cfg.prompts.set, rerank=ac.rerank, rerank_max=ac.rerank_max,
-                                   verify=ac.verify, style=style)
-    extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify)) if on)
+                                   verify=ac.verify, style=style, routes=Routes(**dataclasses.asdict(ac.routes)))
+    extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
+                                        ("answer_count", ac.routes.count),
+                                        ("answer_temporal", ac.routes.temporal or ac.routes.relative_age)) if on)
+    pools = _episode_pools(run) if plans and ac.routes.user_overlap else {}
     if extra_roles:
         run.client(("answer", *extra_roles))  # every endpoint checked before any row
     # The code_rules switches enter the row digest only when on: paper rows keep their digests.
     switches = [s for s in (steps.prompt_set if steps.prompt_set != "paper" else "",
-                            f"rerank{ac.rerank_max}" if ac.rerank else "", "verify" if ac.verify else "") if s]
+                            f"rerank{ac.rerank_max}" if ac.rerank else "", "verify" if ac.verify else "",
+                            json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)
+                            if steps.routes != Routes() else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
                lambda q: answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
-                                                    rets[q.qid], style, steps),
+                                                    rets[q.qid], style, steps, pools.get(q.memory_id)),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
                digest_fn=lambda q: digest([q.question, rets[q.qid].mode, rets[q.qid].buffer_text,
                                            to_dict(plans[q.qid].plan) if plans else None]
@@ -339,6 +345,16 @@ def answer(run: Run) -> None:
                                           + ([style, rets[q.qid].method_info.get("evidence")]
                                              if style != "harness" else [])
                                           + ([switches] if switches else [])))
+
+
+def _episode_pools(run: Run) -> dict[str, list[str]]:
+    """Every episode block of each memory, as the buffer renders it (answer.routes.user_overlap)."""
+    views = load_views(run)
+    pools: dict[str, list[str]] = defaultdict(list)
+    for e in load_episodes(run):
+        if e.memory_id in views:
+            pools[e.memory_id].append(render_buffer(views[e.memory_id], [e], run.cfg.episodes.include_images))
+    return pools
 
 
 # ----------------------------------------------------------------------------- 08
