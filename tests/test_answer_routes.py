@@ -28,7 +28,8 @@ from tests.fake_openai.scripted import kind_for_prompt_id, scripted_content
 
 LME_TINY_QUESTIONS = ("How many weeks ago did I adopt my cat Miso?",
                       "How much did I spend on the bike and the helmet in total?")
-ALL_ON = r.Routes(date_window=True, user_overlap=True, relative_age=True, temporal=True, count=True)
+ALL_ON = r.Routes(date_window=True, user_overlap=True, relative_age=True, temporal=True, count=True, order=True)
+KEYS = ("date_window", "user_overlap", "relative_age", "temporal", "count", "order")
 
 
 def block(eid: str, day: str, *turns: tuple[str, str]) -> str:
@@ -152,6 +153,11 @@ def test_routes_follow_the_wording_or_the_plan_and_their_switches():
     assert r.route_of("Which board games do I own?", plan("count"), on) == "count"  # the plan's target
     assert r.route_of("How much older is my cousin than me?", plan(), on) == ""  # a comparison
     assert r.route_of("What colour is my kayak?", plan(), on) == ""
+    assert r.route_of("Which kayak did I paddle first, the green or the crimson one?", plan(), on) == "order"
+    assert [r.operator_of(q) for q in ("In what order did I visit the three lakes?", "What did I use before I "
+                                       "switched to the crimson kayak?", "What was the first lake I visited?",
+                                       "Where do I currently store my kayak?", "What did you say in our previous "
+                                       "chat?")] == ["sequence", "previous", "first", "latest", ""]
     assert r.route_of("How many board games do I own?", None, on) == ""  # no plan: a plain system
     off = r.Routes(date_window=True)
     assert all(r.route_of(q, plan("count"), off) == "" for q in LME_TINY_QUESTIONS)
@@ -287,26 +293,63 @@ def test_elapsed_time_from_two_completed_user_events_and_plans_do_not_count():
     assert row.answer == "18 days" and client.kinds() == ["answer_temporal"]
 
 
+# --------------------------------------------------------------------------- operator audits
+def lakes() -> RetrievalRow:
+    return retrieval(block("m::s1::episode_001", "2023/06/03 (Sat) 09:00", ("user", "Today I paddled on Lake Ardent.")),
+                     block("m::s2::episode_001", "2023/06/10 (Sat) 09:00", ("user", "We reached Lake Brume at noon."),
+                           ("assistant", "Lake Cindra is lovely too.")),
+                     block("m::s3::episode_001", "2023/06/24 (Sat) 09:00", ("user", "I went to Lake Cindra last "
+                                                                          "weekend.")))
+
+
+def test_order_audit_picks_first_latest_previous_and_sequence_from_dated_grounded_rows():
+    def rows(kind: str, text: str) -> Optional[dict[str, Any]]:
+        if kind != "answer_order":
+            return None
+        return {"rows": [{"value": "Lake Cindra", "episode_id": "m::s3::episode_001",
+                          "quote": "Lake Cindra last weekend"},
+                         {"value": "Lake Brume", "episode_id": "m::s2::episode_001", "quote": "reached Lake Brume"},
+                         {"value": "Lake Ardent", "episode_id": "m::s1::episode_001",
+                          "quote": "paddled on Lake Ardent"},
+                         {"value": "Lake Cindra", "episode_id": "m::s2::episode_001",  # assistant-spoken: dropped
+                          "quote": "Lake Cindra is lovely"},
+                         {"value": "Lake Dunmore", "episode_id": "m::s1::episode_001", "quote": "Lake Dunmore"}]}
+
+    asked = "2023/07/01 (Sat) 10:00"
+    got = {q: answer(Stub(rows), q, lakes(), asked=asked).answer for q in (
+        "Which lake did I paddle on first?", "Which lake did I visit most recently?",
+        "Which lake did I go to before I switched to Lake Cindra?", "In what order did I visit the lakes?")}
+    assert list(got.values()) == ["Lake Ardent", "Lake Cindra", "Lake Brume",
+                                  "Lake Ardent, then Lake Brume, then Lake Cindra"]
+    client = Stub(rows)
+    row = answer(client, "Which lake did I paddle on first?", lakes(), asked=asked)
+    assert client.kinds() == ["answer_order"] and [c["role"] for c in row.llm_calls] == ["answer_order"]
+    # "last weekend" said on 2023-06-24 dates the visit to 2023-06-17, not the session date.
+    assert [x["date"] for x in row.steps["order"]["rows"]] == ["2023-06-03", "2023-06-10", "2023-06-17"]
+    assert r.pick_ordered("first", [{"value": "a", "date": "1"}, {"value": "b", "date": "1"}]) is None  # a tie
+    undecided = Stub(lambda kind, text: {"rows": []} if kind == "answer_order" else None)
+    row = answer(undecided, "Which lake did I paddle on first?", lakes(), asked=asked)
+    assert undecided.kinds() == ["answer_order", "answer"] and row.steps["order"]["outcome"].startswith("fallback")
+
+
 # --------------------------------------------------------------------------- config, fingerprint, dry run
 def test_routes_are_switches_off_in_the_paper_configs_on_in_the_code_config():
     for paper in ("configs/longmemeval.yaml", "configs/locomo.yaml", "configs/locomo_code.yaml"):
-        assert load_config([paper]).answer.routes == load_config(["configs/locomo.yaml"]).answer.routes
-        assert not any(vars(load_config([paper]).answer.routes)[k] for k in
-                       ("date_window", "user_overlap", "relative_age", "temporal", "count"))
+        assert not any(vars(load_config([paper]).answer.routes)[k] for k in KEYS), paper
     code = load_config(["configs/longmemeval_code.yaml"]).answer.routes
-    assert code.date_window and code.user_overlap and code.relative_age and code.temporal and code.count
+    assert all(vars(code)[k] for k in KEYS)
     with pytest.raises(ConfigError, match="answer.routes.count_batch"):
         load_config(["configs/longmemeval.yaml"], ["answer.routes.count_batch=0"])
     base = fingerprint.run_components(load_config(["configs/longmemeval.yaml"]), "s")
     assert "routes" not in base["method"]["answer"] and not {"answer_count", "answer_temporal"} & set(base["roles"])
-    for key in ("date_window", "user_overlap", "relative_age", "temporal", "count"):
+    for key in KEYS:
         on = fingerprint.run_components(load_config(["configs/longmemeval.yaml"], [f"answer.routes.{key}=true"]), "s")
         assert fingerprint.short(on) != fingerprint.short(base), key
     on = fingerprint.run_components(load_config(["configs/longmemeval.yaml"], ["answer.routes.count=true"]), "s")
-    assert "answer_count" in on["roles"] and "answer_temporal" not in on["roles"]
+    assert "answer_count" in on["roles"] and not {"answer_temporal", "answer_order"} & set(on["roles"])
     exp = load_experiments()
     rows = {tuple(v.set.items()): v.name for v in exp.variants}
-    for key in ("date_window", "user_overlap", "relative_age", "temporal", "count"):
+    for key in KEYS:
         assert ((f"answer.routes.{key}", True),) in rows, key
     assert exp.panels["answer_routes"][0] == "base"
 

@@ -141,7 +141,7 @@ def test_prompt_id_table_matches_the_prompt_files():
     assert {"partition", "partition_repair", "extract", "extract_repair", "plan", "plan_repair", "bridge",
             "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction", "doctor",
             "plan_audit", "answer_rerank", "answer_verify", "amem_analyze", "amem_evolve",
-            "answer_count", "answer_count_merge", "answer_temporal"} == CHAT_KINDS
+            "answer_count", "answer_count_merge", "answer_temporal", "answer_order"} == CHAT_KINDS
     # The outside prompts are mem0's own extraction prompt and A-MEM's two, under the ids
     # common.systems.mem0 and common.systems.amem send.
     assert OUTSIDE_PROMPTS == {"mem0_extraction", "amem_analyze", "amem_evolve"}

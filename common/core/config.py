@@ -23,12 +23,13 @@ from common.core.endpoints import parse_endpoints
 from common.core.llm import RoleSettings
 
 ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge", "memory",
-         "plan_audit", "answer_rerank", "answer_verify", "answer_count", "answer_temporal")
+         "plan_audit", "answer_rerank", "answer_verify", "answer_count", "answer_temporal",
+         "answer_order")
 # The extra calls of the authors' planner and LongMemEval answer step (plan.audit, answer.rerank,
 # answer.verify) have roles of their own, so the ledger and the dry run count them apart; their
 # unset settings come from the role they assist, then from models.default.
 ROLE_PARENT = {"plan_audit": "plan", "answer_rerank": "answer", "answer_verify": "answer",
-               "answer_count": "answer", "answer_temporal": "answer"}
+               "answer_count": "answer", "answer_temporal": "answer", "answer_order": "answer"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -76,6 +77,7 @@ class ModelsConfig:
     # consolidation 4200 share it here) and the temporal ledger's extraction (1800).
     answer_count: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=3000))
     answer_temporal: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1800))
+    answer_order: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=2200))  # their audit: 2200
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class DataConfig:
 # memory is a memory system's own ingestion (common.systems), whose calls depend on each other in order
 # and are made outside LLMClient.map, where batching happens.
 ONLINE_ROLES = ("plan", "bridge", "answer", "memory", "plan_audit", "answer_rerank", "answer_verify",
-                "answer_count", "answer_temporal")
+                "answer_count", "answer_temporal", "answer_order")
 
 
 @dataclass(frozen=True)
@@ -314,6 +316,7 @@ class RoutesConfig:
     temporal_batch: int = 24  # episodes per temporal ledger call (the authors' 24)
     count: bool = False  # counting questions: the counting ledger (role answer_count)
     count_batch: int = 10  # episodes per scan call (the authors' 10)
+    order: bool = False  # first/latest/previous/sequence wording: one operator audit (role answer_order)
 
 
 @dataclass(frozen=True)

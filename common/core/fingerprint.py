@@ -46,7 +46,8 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),
                   "answer_verify": ("answer", "verify"),
                   "answer_count": ("answer", "routes", "count"),
-                  "answer_temporal": ("answer", "routes", "temporal", "relative_age")}
+                  "answer_temporal": ("answer", "routes", "temporal", "relative_age"),
+                  "answer_order": ("answer", "routes", "order")}
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
 FILE = "fingerprint.json"
 

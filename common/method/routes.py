@@ -15,6 +15,9 @@ Each route is chosen by the question's own wording or by the plan, never by a be
 * ``count`` ("how many", "how much", "in total", or a plan whose target is a count; role
   ``answer_count``): batch scans of the candidate episodes, a retry for the episodes a scan did
   not account for, one consolidation call, then deterministic grounding, dedup and sum.
+* ``order`` (first / latest / previous / sequence wording, role ``answer_order``): one audit call
+  lists each dated state or instance of the asked thing with a quote; Python keeps the grounded
+  ones, dates them, and picks the earliest, the latest, the one before the latest, or the order.
 
 A route that cannot compute an answer falls back to the ordinary answer call (with the checked
 ledger lines put before the episodes); everything it did is recorded in the row's ``steps``.
@@ -34,6 +37,7 @@ from common.core.schema import Plan, Question
 COUNT_IDS = ("code_rules.answer_count_system", "code_rules.answer_count_user")
 MERGE_IDS = ("code_rules.answer_count_merge_system", "code_rules.answer_count_merge_user")
 TEMPORAL_IDS = ("code_rules.answer_temporal_system", "code_rules.answer_temporal_user")
+ORDER_IDS = ("code_rules.answer_order_system", "code_rules.answer_order_user")
 INSUFFICIENT = "The conversations do not say enough to answer this."
 MAX_BATCH_CHARS = {"count": 45000, "temporal": 30000}
 
@@ -50,9 +54,10 @@ class Routes:
     temporal_batch: int = 24
     count: bool = False
     count_batch: int = 10
+    order: bool = False
 
     def any_call(self) -> bool:
-        return self.relative_age or self.temporal or self.count
+        return self.relative_age or self.temporal or self.count or self.order
 
 
 # --------------------------------------------------------------------------- the buffer, parsed
@@ -243,8 +248,29 @@ COMPARATIVE_RE = re.compile(r"\bhow much (older|younger|longer|shorter|taller|bi
 FIRST_PERSON_RE = re.compile(r"\b(i|my|me|mine|i've|i'm|i'd)\b", re.I)
 
 
+SEQUENCE_RE = re.compile(r"\b(in what order|what(?: is|'s| was) the order|order (?:of|in which))\b", re.I)
+PREVIOUS_RE = re.compile(r"\b(previous(?:ly)?|used to|formerly|before (?:i|the) (?:changed|switched|moved|updated|"
+                         r"upgraded|replaced))\b", re.I)
+NOT_PREVIOUS_RE = re.compile(r"\bprevious (chat|conversation|answer|response|message|session)s?\b", re.I)
+FIRST_RE = re.compile(r"\b(first|earliest)\b", re.I)
+LATEST_RE = re.compile(r"\b(most recent(?:ly)?|latest|currently|current|right now|these days|nowadays)\b", re.I)
+
+
+def operator_of(question: str) -> str:
+    """The ordering the question's wording asks for: sequence | previous | first | latest | ''."""
+    if SEQUENCE_RE.search(question):
+        return "sequence"
+    if PREVIOUS_RE.search(question) and not NOT_PREVIOUS_RE.search(question):
+        return "previous"
+    if FIRST_RE.search(question):
+        return "first"
+    if LATEST_RE.search(question):
+        return "latest"
+    return ""
+
+
 def route_of(question: str, plan: Optional[Plan], routes: Routes) -> str:
-    """The route the question's wording (or its plan) asks for: relative_age | temporal | count | ''."""
+    """The route the question's wording (or its plan) asks for: relative_age | temporal | count | order | ''."""
     if plan is None:
         return ""
     q = question
@@ -255,6 +281,8 @@ def route_of(question: str, plan: Optional[Plan], routes: Routes) -> str:
     if routes.count and not AGO_RE.search(q) and not ELAPSED_RE.search(q) and not COMPARATIVE_RE.search(q) and (
             COUNT_RE.search(q) or plan.answer_target.get("type") == "count"):
         return "count"
+    if routes.order and operator_of(q):
+        return "order"
     return ""
 
 
@@ -578,6 +606,66 @@ def temporal_ledger(client: LLMClient, question: Question, plan: Plan, blocks: l
     return None, trace, note
 
 
+# --------------------------------------------------------------------------- operator audits
+def pick_ordered(operator: str, rows: list[dict[str, Any]]) -> Optional[str]:
+    """The answer an ordering asks for, from dated rows in (date, buffer) order; None when it is not
+    determined (no row, or a tie of different values at the deciding date)."""
+    if not rows:
+        return None
+    if operator == "sequence":
+        values = list(dict.fromkeys(r["value"] for r in rows))
+        return ", then ".join(values) if len(values) > 1 else None
+    if operator == "first":
+        at = rows[0]["date"]
+        return rows[0]["value"] if len({r["value"] for r in rows if r["date"] == at}) == 1 else None
+    at = rows[-1]["date"]
+    if len({r["value"] for r in rows if r["date"] == at}) > 1:
+        return None
+    if operator == "latest":
+        return rows[-1]["value"]
+    earlier = [r for r in rows if r["value"] != rows[-1]["value"] and r["date"] < at]  # previous
+    return earlier[-1]["value"] if earlier else None
+
+
+def order_audit(client: LLMClient, question: Question, plan: Plan, blocks: list[Block],
+                add: Add) -> tuple[Optional[str], dict[str, Any], str]:
+    """(the answer or None, the trace, checked lines for the fallback answer)."""
+    operator = operator_of(question.question)
+    by_id = {b.episode_id: b for b in blocks}
+    position = {b.episode_id: n for n, b in enumerate(blocks)}
+    asked = parse_date(question.question_date)
+    user_only = bool(FIRST_PERSON_RE.search(question.question))
+    trace: dict[str, Any] = {"route": "order", "operator": operator, "episodes": len(blocks), "calls": 1,
+                             "errors": []}
+    try:
+        reply = _call(client, "answer_order", ORDER_IDS, add, question_date_line=_date_line(question),
+                      question=question.question, operator=operator,
+                      episodes="\n\n".join(b.text for b in blocks) or "(no episodes retrieved)")
+    except ValueError as exc:
+        trace["errors"].append(str(exc))
+        trace["outcome"] = "fallback: the audit call failed"
+        return None, trace, ""
+    rows = []
+    for raw in _list(reply, "rows"):
+        eid, quote = str(raw.get("episode_id") or ""), str(raw.get("quote") or "")
+        value = str(raw.get("value") or "")
+        if eid not in by_id or not value.strip() or not grounded(quote, by_id[eid], user_only)[0]:
+            continue
+        day, basis = resolve_date(quote, by_id[eid].day)
+        if day is None:
+            day, basis = parse_date(str(raw.get("event_date") or "")) or by_id[eid].day, "model or session date"
+        if day is None or (asked is not None and day > asked):
+            continue
+        rows.append({"value": " ".join(value.split()), "episode_id": eid, "date": day.isoformat(), "basis": basis})
+    rows.sort(key=lambda r: (r["date"], position[r["episode_id"]]))
+    trace["rows"] = rows
+    note = "Dated states checked against the episodes:\n" + "\n".join(
+        f"- {r['date']}: {r['value']} (episode {r['episode_id']})" for r in rows) if rows else ""
+    answer = pick_ordered(operator, rows)
+    trace["outcome"] = "answered" if answer else "fallback: not determined by the dated rows"
+    return answer, trace, note
+
+
 # --------------------------------------------------------------------------- the hook
 @dataclass
 class Prepared:
@@ -623,10 +711,12 @@ def run_routes(client: LLMClient, question: Question, plan: Optional[Plan],
         return out
     if route == "count":
         answer, trace, note = count_ledger(client, question, plan, blocks, routes, add)
+    elif route == "order":
+        answer, trace, note = order_audit(client, question, plan, blocks, add)
     else:
         answer, trace, note = temporal_ledger(client, question, plan, blocks, routes, route, add)
     if trace["errors"]:
         trace["error"] = trace["errors"][0].split(": ", 1)[-1]  # the first failed call (the ledger's cause)
     out.answer, out.note = answer, note
-    out.steps["count" if route == "count" else "temporal"] = trace
+    out.steps[route if route in ("count", "order") else "temporal"] = trace
     return out

@@ -36,7 +36,7 @@ from common.method.dedup import representatives
 from common.method.episodes import partition_messages
 from common.method.plan import AUDIT_PROMPT_IDS, plan_messages
 from common.method.render import MemoryView, render_turn
-from common.method.routes import COUNT_IDS, MERGE_IDS, TEMPORAL_IDS, Routes, route_of
+from common.method.routes import COUNT_IDS, MERGE_IDS, ORDER_IDS, TEMPORAL_IDS, Routes, route_of
 from common.pipeline.graph import IDS, by_name, llm_stages
 from common.pipeline.ledger import cost, load_prices
 from common.systems.registry import system_class, uses_stage
@@ -61,6 +61,7 @@ ASSUME = {
     "system_items": 20,              # an outside system's evidence items per question (mem0: 10 per speaker)
     "count_out": 400,                # answer.routes.count: scan rows and items of one batch
     "temporal_out": 300,             # answer.routes.temporal/relative_age: dated facts of one batch
+    "order_out": 300,                # answer.routes.order: dated rows of the audit
 }
 
 
@@ -201,7 +202,8 @@ def estimate(cfg: Config) -> dict[str, Any]:
         picked = [(q, route_of(q.question, blank, routes)) for q in data.questions]
         route_ids: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
             ("answer_count", ("count",), COUNT_IDS + MERGE_IDS, "count_out"),
-            ("answer_temporal", ("temporal", "relative_age"), TEMPORAL_IDS, "temporal_out"))
+            ("answer_temporal", ("temporal", "relative_age"), TEMPORAL_IDS, "temporal_out"),
+            ("answer_order", ("order",), ORDER_IDS, "order_out"))
         for role, names, route_prompts, out in route_ids:
             qs = [q for q, r in picked if r in names]
             if qs:

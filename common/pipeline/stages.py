@@ -326,7 +326,8 @@ def answer(run: Run) -> None:
                                    verify=ac.verify, style=style, routes=Routes(**dataclasses.asdict(ac.routes)))
     extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
                                         ("answer_count", ac.routes.count),
-                                        ("answer_temporal", ac.routes.temporal or ac.routes.relative_age)) if on)
+                                        ("answer_temporal", ac.routes.temporal or ac.routes.relative_age),
+                                        ("answer_order", ac.routes.order)) if on)
     pools = _episode_pools(run) if plans and ac.routes.user_overlap else {}
     if extra_roles:
         run.client(("answer", *extra_roles))  # every endpoint checked before any row

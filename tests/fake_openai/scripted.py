@@ -49,6 +49,7 @@ PROMPT_KINDS: dict[str, str] = {
     "code_rules.answer_count_user": "answer_count",
     "code_rules.answer_count_merge_user": "answer_count_merge",
     "code_rules.answer_temporal_user": "answer_temporal",
+    "code_rules.answer_order_user": "answer_order",
     # A-MEM's two calls per note (a-mem 0.2.6, sent by common.systems.amem): the note's analysis
     # (keywords, context, tags) and the evolution decision over its nearest neighbours.
     "amem_analyze": "amem_analyze",
@@ -389,6 +390,16 @@ def reply_temporal(text: str) -> dict[str, Any]:
     return {"facts": facts}
 
 
+def reply_order(text: str) -> dict[str, Any]:
+    """One undated row per turn sharing a content word with the question: its first five words as the
+    value, the turn quoted whole (the harness dates it from the episode)."""
+    asked = {w.lower() for w in content_words(parse_question(text))}
+    rows = [{"value": " ".join(said.split()[:5]), "episode_id": eid, "quote": said, "event_date": ""}
+            for eid, turns in _ledger_episodes(text) for _, _speaker, said in turns
+            if any(w.lower() in asked for w in content_words(said))]
+    return {"rows": rows}
+
+
 def reply_answer(text: str) -> str:
     turns = parse_turns(text)
     if not turns:
@@ -459,6 +470,8 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_count_merge(text))
     if kind == "answer_temporal":
         return json.dumps(reply_temporal(text))
+    if kind == "answer_order":
+        return json.dumps(reply_order(text))
     if kind == "mem0_extraction":
         return json.dumps(reply_mem0_extraction(text))
     if kind == "amem_analyze":
