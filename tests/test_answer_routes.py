@@ -153,6 +153,8 @@ def test_routes_follow_the_wording_or_the_plan_and_their_switches():
     assert r.route_of("Which board games do I own?", plan("count"), on) == "count"  # the plan's target
     assert r.route_of("How much older is my cousin than me?", plan(), on) == ""  # a comparison
     assert r.route_of("What colour is my kayak?", plan(), on) == ""
+    assert r.route_of("How much do I weigh now?", plan(), on) == ""  # the latest state, not a total
+    assert r.route_of("How many recipes did you suggest? The first one you suggested?", plan(), on) == ""
     assert r.route_of("Which kayak did I paddle first, the green or the crimson one?", plan(), on) == "order"
     assert [r.operator_of(q) for q in ("In what order did I visit the three lakes?", "What did I use before I "
                                        "switched to the crimson kayak?", "What was the first lake I visited?",
@@ -326,6 +328,8 @@ def test_order_audit_picks_first_latest_previous_and_sequence_from_dated_grounde
     assert client.kinds() == ["answer_order"] and [c["role"] for c in row.llm_calls] == ["answer_order"]
     # "last weekend" said on 2023-06-24 dates the visit to 2023-06-17, not the session date.
     assert [x["date"] for x in row.steps["order"]["rows"]] == ["2023-06-03", "2023-06-10", "2023-06-17"]
+    when = answer(Stub(rows), "When did I first paddle on a lake?", lakes(), asked=asked).answer
+    assert when == "Lake Ardent, on June 3, 2023"
     assert r.pick_ordered("first", [{"value": "a", "date": "1"}, {"value": "b", "date": "1"}]) is None  # a tie
     undecided = Stub(lambda kind, text: {"rows": []} if kind == "answer_order" else None)
     row = answer(undecided, "Which lake did I paddle on first?", lakes(), asked=asked)

@@ -269,17 +269,26 @@ def operator_of(question: str) -> str:
     return ""
 
 
+# A question about what the assistant said is answered from the episodes as usual: the ledgers
+# read the user's own statements.
+ASSISTANT_RECALL_RE = re.compile(r"\byou (suggested|recommended|told|said|mentioned|gave|listed|provided|shared|"
+                                 r"wrote|named)\b", re.I)
+WHEN_RE = re.compile(r"\b(when|what date|which date|what day)\b", re.I)
+
+
 def route_of(question: str, plan: Optional[Plan], routes: Routes) -> str:
     """The route the question's wording (or its plan) asks for: relative_age | temporal | count | order | ''."""
-    if plan is None:
+    if plan is None or ASSISTANT_RECALL_RE.search(question):
         return ""
     q = question
     if routes.relative_age and AGO_RE.search(q):
         return "relative_age"
     if routes.temporal and ELAPSED_RE.search(q) and not AGO_RE.search(q):
         return "temporal"
-    if routes.count and not AGO_RE.search(q) and not ELAPSED_RE.search(q) and not COMPARATIVE_RE.search(q) and (
-            COUNT_RE.search(q) or plan.answer_target.get("type") == "count"):
+    # "how much ... now / currently" asks for the latest state, not a total.
+    current = re.search(r"\bhow much\b", q, re.I) and (LATEST_RE.search(q) or re.search(r"\bnow\b", q, re.I))
+    if routes.count and not AGO_RE.search(q) and not ELAPSED_RE.search(q) and not COMPARATIVE_RE.search(q) \
+            and not current and (COUNT_RE.search(q) or plan.answer_target.get("type") == "count"):
         return "count"
     if routes.order and operator_of(q):
         return "order"
@@ -662,6 +671,10 @@ def order_audit(client: LLMClient, question: Question, plan: Plan, blocks: list[
     note = "Dated states checked against the episodes:\n" + "\n".join(
         f"- {r['date']}: {r['value']} (episode {r['episode_id']})" for r in rows) if rows else ""
     answer = pick_ordered(operator, rows)
+    if answer and operator != "sequence" and WHEN_RE.search(question.question):  # the date is the answer
+        day = date.fromisoformat(next(r["date"] for r in reversed(rows) if r["value"] == answer)
+                                 if operator != "first" else rows[0]["date"])
+        answer = f"{answer}, on {calendar.month_name[day.month]} {day.day}, {day.year}"
     trace["outcome"] = "answered" if answer else "fallback: not determined by the dated rows"
     return answer, trace, note
 
