@@ -510,12 +510,21 @@ def test_make_code_config_end_to_end_resumes_free_with_the_new_roles_in_the_ledg
         assert counts["answer"] == n and not counts.get("answer_rerank") and not counts.get("answer_verify")
         assert all(a["prompt_id"] == "code_rules.answer_user" and not a.get("steps") for a in answers)
     else:  # their LongMemEval answering: rerank (not for plans needing every candidate), JSON draft, verify
-        whole = sum(bool(answer_mod.needs_every_candidate(from_dict(Plan, plans[a["qid"]]))) for a in answers)
-        assert counts["answer_draft"] == counts["answer_verify"] == n and not counts.get("answer")
-        assert counts.get("answer_rerank", 0) == n - whole
+        # answer.routes: a ledger that computes the answer replaces the draft, rerank and verify calls
+        # of its question (lme_tiny: "how many weeks ago", "how much ... in total").
+        routed = {a["qid"]: a["answer"] for a in answers if "rerank" not in a["steps"]}
+        assert routed == {"temp_0001": "2 weeks ago", "multi_0001": "$350"}
+        rest = [a for a in answers if a["qid"] not in routed]
+        m = len(rest)
+        whole = sum(bool(answer_mod.needs_every_candidate(from_dict(Plan, plans[a["qid"]]))) for a in rest)
+        assert counts["answer_draft"] == counts["answer_verify"] == m and not counts.get("answer")
+        assert counts.get("answer_rerank", 0) == m - whole
         for stage, role in (("07_answer", "answer_draft"), ("07_answer", "answer_verify")):
-            assert roles[(stage, role)]["paid"] == n, role
-        assert all(a["prompt_id"] == "code_rules.answer_draft_user" and "verify" in a["steps"] for a in answers)
+            assert roles[(stage, role)]["paid"] == m, role
+        # The scan and consolidation calls, and the temporal ledger's, each a ledger row.
+        assert roles[("07_answer", "answer_count")]["paid"] == counts["answer_count"] + counts["answer_count_merge"] > 0
+        assert roles[("07_answer", "answer_temporal")]["paid"] == counts["answer_temporal"] > 0
+        assert all(a["prompt_id"] == "code_rules.answer_draft_user" and "verify" in a["steps"] for a in rest)
     # No request carries an official LongMemEval session id (answer_<id> marks an evidence session).
     official = {sid for it in json.loads(LME_TINY.read_text()) for sid in it["haystack_session_ids"]}
     sent = [json.dumps(b) for b in fake_server.requests]

@@ -23,11 +23,13 @@ from common.core.endpoints import parse_endpoints
 from common.core.llm import RoleSettings
 
 ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge", "memory",
-         "plan_audit", "answer_rerank", "answer_verify", "answer_draft")
+         "plan_audit", "answer_rerank", "answer_verify", "answer_draft", "answer_count", "answer_temporal",
+         "answer_order")
 # The extra calls of the authors' planner and LongMemEval answer step (plan.audit, answer.rerank,
-# answer.verify) have roles of their own, so the ledger and the dry run count them apart; their
-# unset settings come from the role they assist, then from models.default.
-ROLE_PARENT = {"plan_audit": "plan", "answer_rerank": "answer", "answer_verify": "answer", "answer_draft": "answer"}
+# answer.verify, answer.draft, answer.routes) have roles of their own, so the ledger and the dry run
+# count them apart; their unset settings come from the role they assist, then from models.default.
+ROLE_PARENT = {"plan_audit": "plan", "answer_rerank": "answer", "answer_verify": "answer", "answer_draft": "answer",
+               "answer_count": "answer", "answer_temporal": "answer", "answer_order": "answer"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -73,6 +75,11 @@ class ModelsConfig:
     answer_verify: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1400))
     # answer.draft: json: the answer as the authors' LongMemEval JSON draft, with their budget of 1200.
     answer_draft: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1200))
+    # answer.routes: the counting ledger's scans (the authors': 3000; their retry 2200 and
+    # consolidation 4200 share it here) and the temporal ledger's extraction (1800).
+    answer_count: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=3000))
+    answer_temporal: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1800))
+    answer_order: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=2200))  # their audit: 2200
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,8 @@ class DataConfig:
 # Roles never sent as a batch: plan, bridge and answer are timed as the paper's online cost (Table 3);
 # memory is a memory system's own ingestion (common.systems), whose calls depend on each other in order
 # and are made outside LLMClient.map, where batching happens.
-ONLINE_ROLES = ("plan", "bridge", "answer", "memory", "plan_audit", "answer_rerank", "answer_verify", "answer_draft")
+ONLINE_ROLES = ("plan", "bridge", "answer", "memory", "plan_audit", "answer_rerank", "answer_verify", "answer_draft",
+                "answer_count", "answer_temporal", "answer_order")
 
 
 @dataclass(frozen=True)
@@ -320,6 +328,22 @@ class MethodConfig:
 
 
 @dataclass(frozen=True)
+class RoutesConfig:
+    """``answer.routes``: the generic answer routes of the authors' LongMemEval answer step
+    (common.method.routes), each chosen by the question's wording or the plan, never by a label."""
+
+    date_window: bool = False  # buffer episodes dated after the question date are dropped
+    user_overlap: bool = False  # counting/temporal questions: add episodes whose user turns overlap it
+    user_overlap_max: int = 48  # at most this many added (the authors' 48)
+    relative_age: bool = False  # "how many <unit> ago": date from the temporal ledger, then arithmetic
+    temporal: bool = False  # interval questions: the user-turn temporal ledger (role answer_temporal)
+    temporal_batch: int = 24  # episodes per temporal ledger call (the authors' 24)
+    count: bool = False  # counting questions: the counting ledger (role answer_count)
+    count_batch: int = 10  # episodes per scan call (the authors' 10)
+    order: bool = False  # first/latest/previous/sequence wording: one operator audit (role answer_order)
+
+
+@dataclass(frozen=True)
 class AnswerConfig:
     # harness: the common answer prompt of every system without a plan (one protocol);
     # mem0: mem0's own LoCoMo answer prompt, to show how much the prompt alone moves a number.
@@ -344,6 +368,7 @@ class AnswerConfig:
     # advice, ideas, in its own wording) keeps the draft's personal details instead of being cut
     # down to the shortest form. false: every verify asks for the shortest sufficient answer.
     verify_personal: bool = True
+    routes: RoutesConfig = field(default_factory=lambda: RoutesConfig())
 
 
 @dataclass(frozen=True)
@@ -626,6 +651,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError("judge.runs: must be >= 1")
     if cfg.answer.rerank_max < 1:
         raise ConfigError("answer.rerank_max: must be >= 1")
+    for key in ("user_overlap_max", "temporal_batch", "count_batch"):
+        if getattr(cfg.answer.routes, key) < 1:
+            raise ConfigError(f"answer.routes.{key}: must be >= 1")
     for role in ROLES:
         cfg.role(role)
     cfg.llm.batch_roles(ROLES)

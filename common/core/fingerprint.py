@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from common.core.config import Config
+from common.core.config import Config, RoutesConfig
 from common.core.prompts import PROMPT_DIR
 
 # Bump when a code change alters any artifact or score for the same config and data.
@@ -41,20 +41,18 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "prompts": {"set": "paper"},
     "plan": {"validation": "schema", "audit": False},
     "answer": {"rerank": False, "rerank_max": 20, "verify": False, "rerank_keep_all": True, "draft": "plain",
-               "verify_personal": True},
+               "verify_personal": True, "routes": dataclasses.asdict(RoutesConfig())},
     "extract": {"speaker_event_projection": False, "object_creator_projection": False},
     "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False},
 }
 # The roles of those switches, fingerprinted only when their switch is on.
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),
-                  "answer_verify": ("answer", "verify"), "answer_draft": ("answer", "draft")}
+                  "answer_verify": ("answer", "verify"), "answer_draft": ("answer", "draft"),
+                  "answer_count": ("answer", "routes", "count"),
+                  "answer_temporal": ("answer", "routes", "temporal", "relative_age"),
+                  "answer_order": ("answer", "routes", "order")}
 # A switch's value when off (all others are booleans, off = False).
 SWITCH_OFF = {("answer", "draft"): "plain"}
-
-
-def _switched_on(cfg: Config, section: str, name: str) -> bool:
-    value = getattr(getattr(cfg, section), name)
-    return value != SWITCH_OFF.get((section, name), False)
 
 
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
@@ -67,6 +65,17 @@ class FingerprintMismatch(RuntimeError):
 
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _switched(cfg: Config, role: str) -> bool:
+    """Whether a switched role's switch is on: ``(section, key)``, or ``(section, block, key, ...)``
+    for a block of switches (answer.routes), any of whose keys turns the role on."""
+    section, *rest = SWITCHED_ROLES[role]
+    node = getattr(cfg, section)
+    if len(rest) == 1:
+        return getattr(node, rest[0]) != SWITCH_OFF.get((section, rest[0]), False)
+    block = getattr(node, rest[0])
+    return any(getattr(block, k) for k in rest[1:])
 
 
 def _clean(d: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +97,7 @@ def _prompt_hashes(judge: bool) -> dict[str, str]:
 def _set_prompt_hashes(cfg: Config) -> dict[str, str]:
     """The prompt-set files (``common/prompts/<set>/``), only for a run that uses one of them: the
     set itself, or a switch whose prompts live there (plan.audit, answer.rerank, answer.verify)."""
-    used = cfg.prompts.set != "paper" or any(_switched_on(cfg, s, f) for s, f in SWITCHED_ROLES.values())
+    used = cfg.prompts.set != "paper" or any(_switched(cfg, r) for r in SWITCHED_ROLES)
     if not used:
         return {}
     return {f"{p.parent.name}.{p.stem}": hashlib.sha256(p.read_bytes()).hexdigest()[:16]
@@ -103,7 +112,7 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         "prompts": {**_prompt_hashes(judge=False), **_set_prompt_hashes(cfg)},
         "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer", "memory",
                                               *SWITCHED_ROLES)
-                  if r not in SWITCHED_ROLES or _switched_on(cfg, *SWITCHED_ROLES[r])},
+                  if r not in SWITCHED_ROLES or _switched(cfg, r)},
         # A section added later (prompts) is left out while it holds only defaults.
         "method": {s: sec for s in METHOD_SECTIONS if (sec := _method_section(cfg, s)) or s != "prompts"},
     }

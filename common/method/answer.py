@@ -10,9 +10,12 @@ time answer target) is never reranked (``answer.rerank_keep_all``), so no count 
 ``answer.draft: json`` makes the answer call the authors' LongMemEval JSON draft (role
 ``answer_draft``, its own token budget); ``answer.verify_personal`` keeps the verify step from
 cutting a suggestion fitted to the user (decided from the question's wording) to the shortest form.
+``answer.routes.*`` (common.method.routes) run before both: guards on the buffer, and the counting
+and temporal ledgers, whose answer (when they compute one) replaces the answer call.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from common.core.llm import Completion, LLMCallError, LLMClient, parse_json_obje
 from common.core.schema import AnswerRow, Plan, Question, RetrievalRow
 from common.core.tokens import count_tokens
 from common.method.plan import compact_plan
+from common.method.routes import Routes, run_routes
 
 PROMPT_IDS = ("answer_system", "answer_user")
 RERANK_PROMPT_IDS = ("code_rules.answer_rerank_system", "code_rules.answer_rerank_user")
@@ -57,6 +61,7 @@ class AnswerSteps:
     rerank_keep_all: bool = True
     draft: str = "plain"
     verify_personal: bool = True
+    routes: Routes = Routes()
 
 
 @dataclass
@@ -267,9 +272,11 @@ def _draft_answer(text: str) -> str:
 
 
 def answer_question(client: LLMClient, question: Question, plan: Plan | None, retrieval: RetrievalRow,
-                    style: str = "harness", steps: Optional[AnswerSteps] = None) -> AnswerRow:
+                    style: str = "harness", steps: Optional[AnswerSteps] = None,
+                    pool: Optional[list[str]] = None) -> AnswerRow:
     """One plain chat call (plus the optional rerank before and verify after it, for a plan's
-    episode buffer); a failed answer call is a recorded row with ``answer=None``."""
+    episode buffer); a failed answer call is a recorded row with ``answer=None``. ``pool``: every
+    episode block of the memory (answer.routes.user_overlap)."""
     steps = steps or AnswerSteps(style=style)
     settings = client.settings("answer")
     family = prompt_family(plan, retrieval, steps.style)
@@ -280,11 +287,26 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     row = AnswerRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
                     answer=None, model=settings.model,
                     prompt_id=DRAFT_PROMPT_ID if json_draft else prompts.pick(_prompt_id(family), prompt_set))
-    multi = plan is not None and (steps.rerank or steps.verify or json_draft)
+    routed = plan is not None and steps.routes != Routes()
+    multi = plan is not None and (steps.rerank or steps.verify or json_draft or routed)
     calls = _Calls()
     episodes: Optional[str] = None
+    note = ""
+    if routed:
+        prep = run_routes(client, question, plan, split_buffer(retrieval.buffer_text, retrieval.episode_ids)
+                          if retrieval.buffer_text else [], steps.routes, calls.add, pool)
+        row.steps.update(prep.steps)
+        if prep.buffer is not None and prep.episode_ids is not None:
+            retrieval = dataclasses.replace(retrieval, buffer_text=prep.buffer, episode_ids=prep.episode_ids)
+        if prep.answer is not None:  # a ledger computed the answer: no answer call
+            row.answer = prep.answer
+            _record(row, calls, multi)
+            return row
+        note = prep.note
     if plan is not None and steps.rerank:
         episodes, row.steps["rerank"] = _rerank(client, question, plan, retrieval, steps, calls)
+    if note:  # a ledger's checked lines, read before the episodes
+        episodes = note + "\n\n" + (retrieval.buffer_text if episodes is None else episodes)
     messages = (draft_messages(question, plan, retrieval, prompt_set, episodes) if json_draft and plan is not None
                 else answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes))
     try:

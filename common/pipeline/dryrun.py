@@ -14,6 +14,7 @@ and no endpoint is contacted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from common.benchmarks.subset import load_selected
 from common.core import artifacts, prompts
 from common.core.config import ONLINE_ROLES, ROLE_PARENT, ROLES, Config, ConfigError, load_config
 from common.core.io import read_jsonl
+from common.core.schema import Plan
 from common.core.tokens import count_tokens
 from common.evaluation import audited, beam
 from common.evaluation.judge import judge_messages
@@ -34,6 +36,7 @@ from common.method.dedup import representatives
 from common.method.episodes import partition_messages
 from common.method.plan import AUDIT_PROMPT_IDS, plan_messages
 from common.method.render import MemoryView, render_turn
+from common.method.routes import COUNT_IDS, MERGE_IDS, ORDER_IDS, TEMPORAL_IDS, Routes, route_of
 from common.pipeline.graph import IDS, by_name, llm_stages
 from common.pipeline.ledger import cost, load_prices
 from common.systems.registry import system_class, uses_stage
@@ -56,6 +59,9 @@ ASSUME = {
     "rerank_out": 150,               # answer.rerank: slots and up to 20 episode ids
     "verify_out": 60,                # answer.verify: verdict and final answer
     "system_items": 20,              # an outside system's evidence items per question (mem0: 10 per speaker)
+    "count_out": 400,                # answer.routes.count: scan rows and items of one batch
+    "temporal_out": 300,             # answer.routes.temporal/relative_age: dated facts of one batch
+    "order_out": 300,                # answer.routes.order: dated rows of the audit
 }
 
 
@@ -190,6 +196,26 @@ def estimate(cfg: Config) -> dict[str, Any]:
             add(IDS["answer"], role, nq, sum(per + count_tokens(q.question) for q in data.questions),
                 ASSUME[out] * nq, _existing(run_dir, "answers"), f"one per question (answer.{role.split('_')[1]}); "
                 f"buffer {buffer:.0f} tokens assumed")
+    # answer.routes: the questions whose wording picks a ledger (a plan's count target cannot be
+    # known before 05 ran); one batch per question assumed (a scan and a consolidation for counts).
+    routes = Routes(**dataclasses.asdict(cfg.answer.routes))
+    if ensimem and routes.any_call():
+        blank = Plan(answer_target={"type": "value"}, reasoning_type="direct", retrieval_scope="point",
+                     required_properties=[], hops=[])
+        picked = [(q, route_of(q.question, blank, routes)) for q in data.questions]
+        route_ids: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
+            ("answer_count", ("count",), COUNT_IDS + MERGE_IDS, "count_out"),
+            ("answer_temporal", ("temporal", "relative_age"), TEMPORAL_IDS, "temporal_out"),
+            ("answer_order", ("order",), ORDER_IDS, "order_out"))
+        for role, names, route_prompts, out in route_ids:
+            qs = [q for q, r in picked if r in names]
+            if qs:
+                calls = 2 if role == "answer_count" else 1
+                per = sum(count_tokens(prompts.load(i)) for i in route_prompts) + buffer * calls
+                n = len(qs) * calls
+                add(IDS["answer"], role, n, sum(per + count_tokens(q.question) for q in qs), ASSUME[out] * n,
+                    _existing(run_dir, "answers"), f"{len(qs)} questions worded for the route (answer.routes); "
+                    f"one batch each, buffer {buffer:.0f} tokens assumed")
     q_by = {q.qid: q for q in data.questions}
     answer_text = "a " * int(ASSUME["answer_text"])  # an assumed answer of that many tokens
     beam_calls: dict[str, int] = {}

@@ -99,7 +99,9 @@ def cost(model: str, prompt_tokens: int, completion_tokens: int, prices: dict[st
 
 
 # Where a row records the failure of a step made for another role (the step is kept out, never the row).
-STEP_OF_ROLE = {"plan_audit": ("audit",), "answer_rerank": ("steps", "rerank"), "answer_verify": ("steps", "verify")}
+STEP_OF_ROLE = {"plan_audit": ("audit",), "answer_rerank": ("steps", "rerank"), "answer_verify": ("steps", "verify"),
+                "answer_count": ("steps", "count"), "answer_temporal": ("steps", "temporal"),
+                "answer_order": ("steps", "order")}
 
 
 def step_failure(row: dict[str, Any], role: str) -> str:

@@ -43,7 +43,8 @@ from common.method import extract as extract_mod
 from common.method import plan as plan_mod
 from common.method.dedup import rebase_partition, rebase_records, representatives
 from common.method.index import CHUNK_FORMAT, build_index, index_fingerprint
-from common.method.render import MemoryView
+from common.method.render import MemoryView, render_buffer
+from common.method.routes import Routes
 from common.pipeline import export, ledger
 from common.pipeline.engine import (
     Run,
@@ -333,9 +334,14 @@ def answer(run: Run) -> None:
     style = ac.prompt
     steps = answer_mod.AnswerSteps(prompt_set=run.cfg.prompts.set, rerank=ac.rerank, rerank_max=ac.rerank_max,
                                    verify=ac.verify, style=style, rerank_keep_all=ac.rerank_keep_all,
-                                   draft=ac.draft, verify_personal=ac.verify_personal)
+                                   draft=ac.draft, verify_personal=ac.verify_personal,
+                                   routes=Routes(**dataclasses.asdict(ac.routes)))
     extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
-                                        ("answer_draft", ac.draft == "json")) if on)
+                                        ("answer_draft", ac.draft == "json"),
+                                        ("answer_count", ac.routes.count),
+                                        ("answer_temporal", ac.routes.temporal or ac.routes.relative_age),
+                                        ("answer_order", ac.routes.order)) if on)
+    pools = _episode_pools(run) if plans and ac.routes.user_overlap else {}
     if extra_roles:
         run.client(("answer", *extra_roles))  # every endpoint checked before any row
     # The code_rules switches enter the row digest only when on: paper rows keep their digests.
@@ -343,10 +349,12 @@ def answer(run: Run) -> None:
                             f"rerank{ac.rerank_max}{'_keep_all' if ac.rerank_keep_all else ''}" if ac.rerank else "",
                             "verify" if ac.verify else "",
                             "draft_json" if ac.draft == "json" else "",
-                            "verify_short" if ac.verify and not ac.verify_personal else "") if s]
+                            "verify_short" if ac.verify and not ac.verify_personal else "",
+                            json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)
+                            if steps.routes != Routes() else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
                lambda q: answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
-                                                    rets[q.qid], style, steps),
+                                                    rets[q.qid], style, steps, pools.get(q.memory_id)),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
                digest_fn=lambda q: digest([q.question, rets[q.qid].mode, rets[q.qid].buffer_text,
                                            to_dict(plans[q.qid].plan) if plans else None]
@@ -354,6 +362,16 @@ def answer(run: Run) -> None:
                                           + ([style, rets[q.qid].method_info.get("evidence")]
                                              if style != "harness" else [])
                                           + ([switches] if switches else [])))
+
+
+def _episode_pools(run: Run) -> dict[str, list[str]]:
+    """Every episode block of each memory, as the buffer renders it (answer.routes.user_overlap)."""
+    views = load_views(run)
+    pools: dict[str, list[str]] = defaultdict(list)
+    for e in load_episodes(run):
+        if e.memory_id in views:
+            pools[e.memory_id].append(render_buffer(views[e.memory_id], [e], run.cfg.episodes.include_images))
+    return pools
 
 
 # ----------------------------------------------------------------------------- 08

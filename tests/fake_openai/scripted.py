@@ -46,6 +46,11 @@ PROMPT_KINDS: dict[str, str] = {
     "code_rules.answer_rerank_user": "answer_rerank",
     "code_rules.answer_verify_user": "answer_verify",
     "code_rules.answer_draft_user": "answer_draft",
+    # answer.routes: the counting ledger (scan and consolidation) and the temporal ledger.
+    "code_rules.answer_count_user": "answer_count",
+    "code_rules.answer_count_merge_user": "answer_count_merge",
+    "code_rules.answer_temporal_user": "answer_temporal",
+    "code_rules.answer_order_user": "answer_order",
     # A-MEM's two calls per note (a-mem 0.2.6, sent by common.systems.amem): the note's analysis
     # (keywords, context, tags) and the evolution decision over its nearest neighbours.
     "amem_analyze": "amem_analyze",
@@ -324,6 +329,83 @@ def reply_verify(text: str) -> dict[str, Any]:
     return {"verdict": "rewritten", "answer": f"{draft} (checked)", "evidence_episode_ids": []}
 
 
+LEDGER_EPISODE_RE = re.compile(r"^(?:### Episode|EPISODE) (\S+) \|", re.MULTILINE)
+USER_TURN_RE = re.compile(r"^USER TURN (\S+): (.*)$")
+AMOUNT_RE = re.compile(r"(\$?)(\d+(?:\.\d+)?)")
+MONEY_RE = re.compile(r"(\$)(\d+(?:\.\d+)?)")
+CANDIDATE_RE = re.compile(r"^(\w+) \| episode (\S+) \| (.*?) \| quantity: (.*?) \| quote:", re.MULTILINE)
+
+
+def _ledger_episodes(text: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """The episodes of a ledger prompt: (id, [(dia id, speaker, text)]) from either rendering."""
+    out: list[tuple[str, list[tuple[str, str, str]]]] = []
+    for line in text.splitlines():
+        m = LEDGER_EPISODE_RE.match(line)
+        if m:
+            out.append((m.group(1), []))
+            continue
+        u = USER_TURN_RE.match(line)
+        t = TURN_RE.match(line)
+        if out and u:
+            out[-1][1].append((u.group(1), "user", u.group(2)))
+        elif out and t:
+            out[-1][1].append((t.group(1), t.group(2), t.group(3)))
+    return out
+
+
+def reply_count(text: str) -> dict[str, Any]:
+    """A scan: every episode accounted for; one item per user turn stating a number (the number as
+    the quantity, "$" as the unit when it is an amount of money, the turn's first sentence quoted)."""
+    episodes, items = [], []
+    for eid, turns in _ledger_episodes(text):
+        found = False
+        for _, speaker, said in turns:
+            m = MONEY_RE.search(said) or AMOUNT_RE.search(said)
+            if "assistant" in speaker.lower() or not m:
+                continue
+            words = [w for w in content_words(said) if not w[0].isdigit()]
+            items.append({"episode_id": eid, "item": " ".join(words[-3:]) or "item", "quantity": m.group(2),
+                          "unit": "$" if m.group(1) else "", "quote": said.split(". ")[0]})
+            found = True
+        episodes.append({"episode_id": eid, "has_instances": found})
+    return {"episodes": episodes, "items": items}
+
+
+def reply_count_merge(text: str) -> dict[str, Any]:
+    """Every candidate in scope; one whose name and quantity repeat an earlier one's is its duplicate."""
+    rows: list[dict[str, Any]] = []
+    first: dict[tuple[str, str], str] = {}
+    for cid, _eid, item, quantity in CANDIDATE_RE.findall(text):
+        dup = first.setdefault((item.lower(), quantity.strip()), cid)
+        rows.append({"id": cid, "in_scope": True, "scope_reason": "scripted",
+                     "duplicate_of": dup if dup != cid else ""})
+    return {"items": rows}
+
+
+def reply_temporal(text: str) -> dict[str, Any]:
+    """One completed fact per user turn sharing a content word with the question (quoted whole,
+    undated: the harness resolves the date)."""
+    asked = {w.lower() for w in content_words(parse_question(text))}
+    facts = []
+    for eid, turns in _ledger_episodes(text):
+        for _, _speaker, said in turns:
+            shared = [w for w in content_words(said) if w.lower() in asked]
+            if shared:
+                facts.append({"event": said, "status": "completed", "event_date": "", "date_basis": "scripted",
+                              "episode_id": eid, "quote": said})
+    return {"facts": facts}
+
+
+def reply_order(text: str) -> dict[str, Any]:
+    """One undated row per turn sharing a content word with the question: its first five words as the
+    value, the turn quoted whole (the harness dates it from the episode)."""
+    asked = {w.lower() for w in content_words(parse_question(text))}
+    rows = [{"value": " ".join(said.split()[:5]), "episode_id": eid, "quote": said, "event_date": ""}
+            for eid, turns in _ledger_episodes(text) for _, _speaker, said in turns
+            if any(w.lower() in asked for w in content_words(said))]
+    return {"rows": rows}
+
+
 def reply_answer(text: str) -> str:
     turns = parse_turns(text)
     if not turns:
@@ -409,6 +491,14 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_verify(text))
     if kind == "answer_draft":  # the answer call's reply as the JSON draft's answer field
         return json.dumps({"answer": reply_answer(text), "evidence_episode_ids": [], "reasoning": "scripted"})
+    if kind == "answer_count":
+        return json.dumps(reply_count(text))
+    if kind == "answer_count_merge":
+        return json.dumps(reply_count_merge(text))
+    if kind == "answer_temporal":
+        return json.dumps(reply_temporal(text))
+    if kind == "answer_order":
+        return json.dumps(reply_order(text))
     if kind == "mem0_extraction":
         return json.dumps(reply_mem0_extraction(text))
     if kind == "amem_analyze":
