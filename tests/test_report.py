@@ -347,7 +347,9 @@ def test_an_export_imports_back_with_the_same_labels_and_accuracies(runs, tmp_pa
     assert export_main([str(run)]) == 0  # make export RUN=<dir>
     assert export_main([str(tmp_path / "nothing")]) == 2
     back = import_run(run / "export" / "questions.jsonl", "back", fmt="export",
-                      overrides=(f"run.results_dir={tmp_path / 'results'}", f"data.path={TINY_LOCOMO}"))
+                      overrides=(f"run.results_dir={tmp_path / 'results'}", f"data.path={TINY_LOCOMO}",
+                                 "run.export=false"))
+    assert (back / "metrics.json").exists() and not (back / "export").exists()  # run.export: off
     before = json.loads((runs["a"] / "metrics.json").read_text())["judges"][JUDGE]
     after = json.loads((back / "metrics.json").read_text())["judges"]
     assert {k: after[JUDGE]["overall"][k] for k in ("k", "n", "accuracy")} == \

@@ -407,6 +407,7 @@ class RunConfig:
     name: str = "paper"
     results_dir: str = "results"
     max_error_rate: float = 0.2  # a stage exits non-zero above this fraction of failed rows
+    export: bool = True  # 09_aggregate writes export/questions.jsonl|csv + manifest (common.pipeline.export)
 
 
 @dataclass(frozen=True)

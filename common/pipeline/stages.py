@@ -425,5 +425,7 @@ def aggregate(run: Run) -> None:
     if metrics["dataset"].get("warning"):
         print(f"WARNING: {metrics['dataset']['warning']}", flush=True)
     print(f"{ID['aggregate']}: metrics.json and {len(outs)} tables -> {run.dir}", flush=True)
-    exported = export.export_run(run.dir)  # the portable per-question file (common.pipeline.export)
-    print(f"{ID['aggregate']}: per-question export -> {exported['questions']} (and .csv, manifest.json)", flush=True)
+    if run.cfg.run.export:  # the portable per-question file (common.pipeline.export)
+        exported = export.export_run(run.dir)
+        print(f"{ID['aggregate']}: per-question export -> {exported['questions']} (and .csv, manifest.json)",
+              flush=True)
