@@ -362,3 +362,12 @@ def test_beam_table_and_figure_from_a_run(tmp_path, monkeypatch):
     metrics["judges"]["j"]["variants"]["float"]["by_ability"]["summarization"]["score"] = 0.9
     (run_dir / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
     assert command.main(["--results", str(tmp_path / "results"), "--out", str(out), "--only", "beam"]) == 1
+
+
+def test_coverage_of_a_beam_run_depends_on_its_selection():
+    from common.evaluation.scoring import coverage
+
+    assert coverage("beam", 400, {})["complete"] is True
+    partial = coverage("beam", 20, {"question_limit": 1})
+    assert partial["complete"] is False and "covers 20 of all the scored beam questions" in partial["warning"]
+    assert coverage("locomo", 1540, {})["complete"] and not coverage("locomo", 20, {})["complete"]

@@ -107,12 +107,14 @@ def coverage(benchmark: str, n_scored: int, selection: Mapping[str, Any]) -> dic
     expected = EXPECTED_SCORED.get(benchmark)
     partial_by_config = bool(selection.get("subset") or selection.get("question_limit")
                              or selection.get("memories"))
-    complete = expected is not None and n_scored == expected
+    # BEAM's size depends on the tier (20 questions per chat): complete unless the selection cut it.
+    complete = n_scored == expected if expected is not None else not partial_by_config
     out: dict[str, Any] = {"expected": expected, "scored": n_scored, "complete": complete,
                            "selection": {k: selection.get(k) for k in ("subset", "question_limit", "memories")}}
     if not complete:
         why = "a subset/limit/conversation selection" if partial_by_config else "the data file as given"
-        out["warning"] = (f"PARTIAL: this number covers {n_scored} of the {expected} scored "
+        of = f"the {expected}" if expected is not None else "all the"
+        out["warning"] = (f"PARTIAL: this number covers {n_scored} of {of} scored "
                           f"{benchmark} questions ({why})")
     return out
 
