@@ -52,6 +52,7 @@ ASSUME = {
     "answer_out": 20,
     "answer_text": 12,               # the answer the judge reads
     "judge_out": 25,
+    "beam_judge_prompt": 870,        # BEAM's unified rubric-judge prompt (src/prompts.py), o200k tokens
     "oracle_turns": 3,
     "rerank_out": 150,               # answer.rerank: slots and up to 20 episode ids
     "verify_out": 60,                # answer.verify: verdict and final answer
@@ -189,19 +190,28 @@ def estimate(cfg: Config) -> dict[str, Any]:
                 f"buffer {buffer:.0f} tokens assumed")
     q_by = {q.qid: q for q in data.questions}
     answer_text = "a " * int(ASSUME["answer_text"])  # an assumed answer of that many tokens
+    judge_calls, judge_note = len(scored), "exact judge prompts; answer length assumed"
     if cfg.benchmark == "locomo":
         tin = sum(_tok(judge_messages(cfg.judge.prompt, q_by[g.qid].question, g.answer, answer_text)) for g in scored)
+    elif cfg.benchmark == "beam":
+        # One rubric-judge call per rubric item (BEAM's compute_metrics.py); its prompt size assumed.
+        judge_calls = sum(len(g.rubric) for g in scored)
+        tin = sum(len(g.rubric) * (ASSUME["beam_judge_prompt"] + ASSUME["answer_text"])
+                  + sum(count_tokens(item) for item in g.rubric) for g in scored)
+        judge_note = "one call per rubric item; judge prompt and answer length assumed"
     else:
         tin = sum(_tok(lme_messages(template_id(g.question_type, g.qid), q_by[g.qid].question, g.answer,
                                     answer_text)) for g in scored)
     runs = cfg.judge.runs  # judge.runs: every answer is judged that many times (distinct calls)
     errata = audited.run_errata(cfg)  # data.errata: corrected golden answers are judged once more
     again = len(set(errata.corrected_answers()) & {g.qid for g in scored}) if errata else 0
+    per_answer = judge_calls / len(scored) if scored else 0.0
     tin = tin * (len(scored) + again) / len(scored) if scored else 0
-    add(by_name("judge").instance(cfg.judge.name), "judge", (len(scored) + again) * runs, tin * runs,
-        ASSUME["judge_out"] * (len(scored) + again) * runs,
+    calls = round(per_answer * (len(scored) + again))
+    add(by_name("judge").instance(cfg.judge.name), "judge", calls * runs, tin * runs,
+        ASSUME["judge_out"] * calls * runs,
         _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name) * runs,
-        "exact judge prompts; answer length assumed" + (f"; {runs} judge runs per answer" if runs > 1 else "")
+        judge_note + (f"; {runs} judge runs per answer" if runs > 1 else "")
         + (f"; {again} corrected answers judged again (data.errata)" if again else ""))
     # A stage added to the graph without an estimator here is listed, never silently left out.
     estimated = {s["stage"].split("_")[0] for s in stages}
