@@ -37,6 +37,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from common.benchmarks import locomo
 from common.benchmarks.base import BenchmarkData, DataError, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, read_json, required, show
 from common.core.config import resolve_path
@@ -224,8 +225,6 @@ def _parse_questions(path: Path, memory_id: str) -> tuple[list[Question], list[G
 
 def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: int | None = None) -> BenchmarkData:
     """Keep the chats named (memory ids, or their folder numbers) and the first N questions of each."""
-    from common.benchmarks import locomo
-
     if chats is not None:
         known = data.memory_ids
         by_number = {m.rsplit("-", 1)[-1]: m for m in known}
