@@ -87,6 +87,15 @@ def test_committed_100k_checksums_agree_with_the_shared_copy():
     assert len(big) == 70 and len({rel.split("/")[1] for _, rel in big}) == 35
 
 
+def test_select_keeps_chats_by_id_or_number_and_the_first_questions_of_each(tier):
+    kept = beam.select(tier, [1, "beam-100K-3"], 2)
+    assert kept.memory_ids == ["beam-100K-1", "beam-100K-3"]
+    assert [q.qid for q in kept.questions] == ["beam-100K-1:q1", "beam-100K-1:q2", "beam-100K-3:q1", "beam-100K-3:q2"]
+    assert {g.qid for g in kept.gold} == {q.qid for q in kept.questions}
+    with pytest.raises(ValueError, match=r"unknown BEAM chat\(s\) \['99'\]"):
+        beam.select(tier, [99])
+
+
 # ----------------------------------------------------------------------------- bad input
 def _edit_chat(fn: Callable[[Any], None]) -> Callable[[Path], Path]:
     def mutate(root: Path) -> Path:

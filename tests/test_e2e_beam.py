@@ -110,3 +110,23 @@ def test_make_beam_end_to_end_on_the_shared_100k_tier_then_rerun_makes_zero_call
     assert beam_tables, sorted(p.name for p in (results / "tables").glob("*"))
     text = "\n".join(p.read_text(encoding="utf-8") for p in beam_tables)
     assert "ensimem" in text.lower() or "EnSIMem" in text
+
+
+def test_baselines_on_beam_with_the_official_answer_prompt(tmp_path, fake_server, monkeypatch):
+    """RAG over turns and the labelled oracle (source_chat_ids) answer with BEAM's own template."""
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    data = tiny_tier(tmp_path, chats=("1",), groups=30)  # whole batches: every source_chat_id is there
+    for method in ("rag_turns", "oracle"):
+        sets = run_overrides(tmp_path / method, data, **_fake_embeddings(fake_server),
+                             **{"method.name": method, "answer.prompt": "beam"})
+        run = run_stages("configs/beam.yaml", sets, ORDER[:7])
+        answers = rows(run.path("answers"))
+        assert len(answers) == 20 and {a["prompt_id"] for a in answers} == {"answer_beam_user"}
+    sent = [r["messages"] for r in fake_server.requests if "messages" in r]
+    assert sent and all(len(m) == 1 and m[0]["content"].startswith("\nYou are an assistant that MUST answer")
+                        for m in sent)
+    gold = {g.qid: g for g in beam.load_beam(data).gold}
+    oracle = {r["qid"]: r for r in rows(tmp_path / "oracle" / "results" / "beam" / "t" / "06_retrieve.jsonl")}
+    for qid, r in oracle.items():
+        assert r["dia_ids"] == sorted(gold[qid].evidence, key=int)
+        assert r["method_info"]["evidence_source"] == ("evidence_turns" if gold[qid].evidence else "none")

@@ -226,6 +226,7 @@ def _parse_questions(path: Path, memory_id: str) -> tuple[list[Question], list[G
 def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: int | None = None) -> BenchmarkData:
     """Keep the chats named (memory ids, or their folder numbers) and the first N questions of each."""
     if chats is not None:
+        chats = [str(c) for c in chats]  # MEMORIES=1,2 arrives as YAML ints
         known = data.memory_ids
         by_number = {m.rsplit("-", 1)[-1]: m for m in known}
         unknown = [c for c in chats if c not in known and c not in by_number]
