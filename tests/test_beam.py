@@ -16,10 +16,12 @@ import pytest
 from common.benchmarks import beam, beam_data
 from common.benchmarks.base import DataError
 from common.core import prompts
+from common.core.config import load_config
 from common.core.schema import Gold, Question, RetrievalRow
 from common.evaluation.metrics import gold_evidence_recall
 from common.method import answer, baselines
 from common.method.render import MemoryView
+from common.pipeline import dryrun
 from common.pipeline.engine import main
 from tests.conftest import REPO, run_overrides
 
@@ -268,3 +270,11 @@ def test_evidence_recall_over_gold_evidence_is_benchmark_agnostic():
     assert out["no_gold_evidence"] == 1 and out["missing_retrieval"] == 1  # d counts 0, not dropped
     assert out["by_category"]["x"] == {"recall": 0.25, "sum": 0.5, "n": 2, "no_gold_evidence": 0}
     assert out["by_category"]["y"] == {"recall": 1.0, "sum": 1.0, "n": 1, "no_gold_evidence": 1}
+
+
+def test_dry_run_counts_one_judge_call_per_rubric_item(tmp_path):
+    root = tiny_tier(tmp_path, chats=("1",), groups=1)
+    cfg = load_config(["configs/beam.yaml"], run_overrides(tmp_path, root, **{"method.name": "no_memory"}))
+    judge = next(s for s in dryrun.estimate(cfg)["stages"] if s["role"] == "judge")
+    items = sum(len(g.rubric) for g in beam.load_beam(root).gold)
+    assert judge["calls"] == items > 20 and "one call per rubric item" in judge["basis"]
