@@ -20,6 +20,8 @@ LME_SHA256_longmemeval_s_cleaned := $(call SHA256_OF,longmemeval_s_cleaned.json)
 LME_SHA256_longmemeval_oracle    := $(call SHA256_OF,longmemeval_oracle.json)
 LME_SHA256_longmemeval_m_cleaned := $(call SHA256_OF,longmemeval_m_cleaned.json)
 LME_CONFIG ?= configs/longmemeval.yaml
+BEAM_CONFIG ?= configs/beam.yaml
+SIZE    ?=
 BENCH_ARGS ?=
 SUBSET  ?=
 ONLY    ?=
@@ -49,6 +51,7 @@ export HARNESS_INVOCATION
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
        $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
+BEAM_ARGS = $(subst --config $(CONFIG),--config $(BEAM_CONFIG),$(ARGS)) $(if $(SIZE),--set data.tier=$(SIZE))
 # The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
 STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
@@ -56,7 +59,8 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
-        audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam
+        audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
+        baselines-beam
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -119,6 +123,17 @@ data/longmemeval_%.json:
 	echo "$(LME_SHA256_longmemeval_$*)  $@.part" | sha256sum -c -
 	mv $@.part $@
 
+data-beam:  ## download a BEAM tier (SIZE=100K|500K) at the pinned commit into data/beam/<SIZE>/, every sha256 checked
+	@$(PY) -m common.benchmarks.beam_data --size $(or $(SIZE),100K)
+
+beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat, MEMORIES=chat ids, SET, DRY_RUN=1)
+	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m BEAM.01_preprocess $(BEAM_ARGS) --dry-run; \
+	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m BEAM.$$s $(BEAM_ARGS); done; fi
+
+beam-%:  ## one BEAM stage of the graph, e.g. make beam-04_index
+	$(call check-stage,$*)
+	$(PY) -m BEAM.$* $(BEAM_ARGS)
+
 longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=first N questions, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
 	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
@@ -161,6 +176,12 @@ baselines:  ## the harness's own LoCoMo baselines: full context, RAG over turns,
 
 baselines-longmemeval:  ## the same baselines on LongMemEval
 	$(PY) -m common.pipeline.runner baselines --benchmark longmemeval $(EXP_ARGS)
+
+ablations-beam:  ## BEAM ablations (SUBSET=<file> or all)
+	$(PY) -m BEAM.10_ablations $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
+
+baselines-beam:  ## the same baselines on BEAM (SIZE=100K|500K)
+	$(PY) -m common.pipeline.runner baselines --benchmark beam $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
 
 tables:  ## paper Tables 1,2,3,4,10 and the systems table -> results/tables/ (md, csv, tex, sources.json); no LLM call
 	$(PY) -m common.report.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
@@ -237,9 +258,9 @@ docs-serve: docs  ## build the site, then serve site/ on http://127.0.0.1:$(DOCS
 	@echo "the docs site: http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C stops the server)"
 	$(VENV)/bin/python -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory site
 
-clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval, or both when BENCH is unset (never the LLM cache)
-	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 1)
-	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval),results/$(b)/$(RUN))
+clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval|beam, or all when BENCH is unset (never the LLM cache)
+	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval|beam]"; exit 1)
+	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval beam),results/$(b)/$(RUN))
 
 AUDIT_ARGS = $(foreach s,$(SET),--set $(s)) $(if $(MEMORIES),--set "data.memories=[$(MEMORIES)]") \
              $(if $(LIMIT),--set data.question_limit=$(LIMIT)) $(if $(SETS),--sets $(SETS)) $(if $(DRY_RUN),--dry-run)

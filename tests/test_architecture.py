@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from common.pipeline.graph import BENCHMARKS as BENCHMARK_FOLDERS
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "common"
 # ``systems`` (memory systems behind one interface) sits beside ``evaluation``: it builds on core
@@ -159,7 +161,7 @@ def _stdlib(name: str) -> bool:
     return name in sys.stdlib_module_names
 
 
-@pytest.mark.parametrize("script_dir", ["LoCoMo", "LongMemEval"])
+@pytest.mark.parametrize("script_dir", list(BENCHMARK_FOLDERS))
 def test_numbered_scripts_only_reach_the_pipeline(script_dir):
     known = set(modules())
     for path in sorted((REPO / script_dir).glob("[0-9][0-9]_*.py")):

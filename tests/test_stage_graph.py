@@ -50,7 +50,7 @@ def test_gold_is_declared_only_where_it_may_be_read():
     assert all(s.reads_gold in ("no", "oracle") for s in method)
 
 
-@pytest.mark.parametrize("folder", ["LoCoMo", "LongMemEval"])
+@pytest.mark.parametrize("folder", list(graph.BENCHMARKS))
 def test_numbered_scripts_follow_the_graph(folder):
     scripts = sorted(p.stem for p in (REPO / folder).glob("[0-9][0-9]_*.py"))
     assert [s for s in scripts if s != "10_ablations"] == [s.id for s in STAGES]  # 10_ablations runs groups
@@ -64,11 +64,11 @@ def test_numbered_scripts_follow_the_graph(folder):
 
 def test_write_scripts_creates_only_missing_scripts(tmp_path):
     toy = Stage(10, "wordcount", "x:y", reads=("answers",), writes=("10_wordcount.jsonl",), summary="count words")
-    (tmp_path / "LoCoMo").mkdir()
-    (tmp_path / "LongMemEval").mkdir()
+    for folder in graph.BENCHMARKS:
+        (tmp_path / folder).mkdir()
     (tmp_path / "LoCoMo" / "10_wordcount.py").write_text("kept\n")
     made = graph.write_scripts(tmp_path, (toy,))
-    assert made == [tmp_path / "LongMemEval" / "10_wordcount.py"]
+    assert made == [tmp_path / f / "10_wordcount.py" for f in graph.BENCHMARKS if f != "LoCoMo"]
     assert (tmp_path / "LoCoMo" / "10_wordcount.py").read_text() == "kept\n"
     text = made[0].read_text()
     assert "Reads: 07_answer.jsonl" in text and "Writes: 10_wordcount.jsonl" in text

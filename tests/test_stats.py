@@ -371,7 +371,7 @@ def test_load_labels_errors_name_the_file(tmp_path):
     with pytest.raises(ArtifactError, match="judged twice"):
         load_labels(run, "dup")
     (run / "config.resolved.yaml").write_text("benchmark: hotpotqa\n")
-    with pytest.raises(ArtifactError, match=r"config\.resolved\.yaml: benchmark: expected locomo or longmemeval"):
+    with pytest.raises(ArtifactError, match=r"config\.resolved\.yaml: benchmark: expected one of locomo, longmemeval"):
         load_labels(run, "j")
     with pytest.raises(ArtifactError, match="config.resolved.yaml: not found"):
         load_labels(tmp_path / "nowhere", "j")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common.core.config import resolve_path
+from common.core.io import sha256_file
 from common.core.schema import Gold, Question, Session
 
 
@@ -61,6 +62,8 @@ class BenchmarkAdapter(Protocol):
 
     def category(self, gold: Gold) -> str: ...
 
+    def dataset_sha256(self, path: Path) -> str: ...
+
 
 class FileAdapter:
     """Shared part of the adapters: where the raw benchmark file is."""
@@ -81,3 +84,7 @@ class FileAdapter:
             raise DataError(f"{path}: {self.label} file not found; run `make {self.make_target}` or set "
                             f"{env}=/path/to/{Path(self.default_path).name} (or data.path in the config)")
         return path
+
+    def dataset_sha256(self, path: Path) -> str:
+        """The sha256 the run fingerprint records for the data (of the file itself here)."""
+        return sha256_file(path)

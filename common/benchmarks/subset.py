@@ -22,9 +22,8 @@ import numpy as np
 import yaml
 
 from common.benchmarks.base import BenchmarkData
-from common.benchmarks.registry import adapter
+from common.benchmarks.registry import ADAPTERS, adapter
 from common.core.config import ConfigError, read_yaml_mapping, resolve_path
-from common.core.io import sha256_file
 
 
 def stratum(benchmark: str, gold: Any) -> str:
@@ -107,8 +106,8 @@ def load_selected(cfg: Any) -> tuple[Path, BenchmarkData, Optional[Subset]]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m common.benchmarks.subset", description=__doc__.split("\n\n")[0])
-    p.add_argument("--benchmark", choices=("locomo", "longmemeval"), default="locomo")
-    p.add_argument("--data", required=True, help="raw benchmark file (e.g. data/locomo10.json)")
+    p.add_argument("--benchmark", choices=tuple(ADAPTERS), default="locomo")
+    p.add_argument("--data", required=True, help="raw benchmark file (e.g. data/locomo10.json; BEAM: a tier folder)")
     p.add_argument("--n", type=int, default=88)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--name", default="s88", help="short tag used in run names")
@@ -131,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
                    "rule": "equal count per scored stratum (LoCoMo category / LongMemEval question_type), "
                            "numpy default_rng(seed).choice without replacement, strata in sorted order, "
                            "ids listed in file order",
-                   "source_file": Path(a.data).name, "source_sha256": sha256_file(Path(a.data))},
+                   "source_file": Path(a.data).name, "source_sha256": data_adapter.dataset_sha256(Path(a.data))},
         "per_stratum": dict(sorted(counts.items())),
         "question_ids": ids,
     }

@@ -104,6 +104,8 @@ class DataConfig:
     # LoCoMo's audited answer key (locomo-audit errors.json, CC BY-NC 4.0, never committed), e.g.
     # ../shared/data/locomo-audit/errors.json; None: the audited-key rows say "not configured".
     errata: Optional[str] = None
+    # BEAM: the tier folder read when neither data.path nor $BEAM_DIR is set (data/beam/<tier>).
+    tier: Literal["100K", "500K"] = "100K"
 
 
 # Roles never sent as a batch: plan, bridge and answer are timed as the paper's online cost (Table 3);
@@ -347,7 +349,8 @@ class RoutesConfig:
 class AnswerConfig:
     # harness: the common answer prompt of every system without a plan (one protocol);
     # mem0: mem0's own LoCoMo answer prompt, to show how much the prompt alone moves a number.
-    prompt: Literal["harness", "mem0"] = "harness"
+    # beam: the official BEAM runner's answer prompt (its RAG template), for rows comparable to BEAM's.
+    prompt: Literal["harness", "mem0", "beam"] = "harness"
     # The generic parts of the authors' LongMemEval answer step, never routed on a label:
     # rerank: one call (role answer_rerank) picks up to rerank_max buffer episodes that fill the
     # question's evidence slots; the answer call then reads only those. verify: the answer is a
@@ -412,7 +415,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Config:
-    benchmark: Literal["locomo", "longmemeval"] = "locomo"
+    benchmark: Literal["locomo", "longmemeval", "beam"] = "locomo"
     data: DataConfig = field(default_factory=DataConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)

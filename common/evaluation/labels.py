@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import yaml
 
-from common.benchmarks.registry import adapter
+from common.benchmarks.registry import ADAPTERS, adapter
 from common.core import artifacts
 from common.core.io import ArtifactError, read_jsonl
 from common.core.schema import Gold, from_dict
@@ -76,8 +76,8 @@ def run_benchmark(run_dir: str | Path) -> str:
     except yaml.YAMLError as exc:
         raise ArtifactError(f"{path}: invalid YAML ({exc.__class__.__name__})") from None
     benchmark = cfg.get("benchmark") if isinstance(cfg, dict) else None
-    if benchmark not in ("locomo", "longmemeval"):
-        raise ArtifactError(f"{path}: benchmark: expected locomo or longmemeval, got {benchmark!r}")
+    if benchmark not in ADAPTERS:
+        raise ArtifactError(f"{path}: benchmark: expected one of {', '.join(ADAPTERS)}, got {benchmark!r}")
     return benchmark
 
 

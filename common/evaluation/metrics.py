@@ -3,7 +3,8 @@
 * ``locomo_f1``: the official LoCoMo lexical score (snap-research/locomo
   ``task_eval/evaluation.py``), per-category rules included. It is *not* mem0's F1 (set-based,
   no stemming, no article removal); numbers from the two are not comparable.
-* ``evidence_recall``: LoCoMo's share of gold evidence turns present in the retrieved context.
+* ``evidence_recall``: LoCoMo's share of gold evidence turns present in the retrieved context;
+  ``gold_evidence_recall`` the same over any benchmark's ``Gold.evidence`` (BEAM's source_chat_ids).
 * ``accuracy`` / ``grouped_accuracy``: judge-label accuracy that keeps judge failures visible.
 
 The definitions are written from shared/spec/benchmarks.md section 3 and pinned by the worked
@@ -16,9 +17,9 @@ import math
 import re
 import string
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import regex
 
@@ -142,6 +143,46 @@ def evidence_recall_official(raw_evidence: Sequence[str], retrieved_ids: Iterabl
         return 1.0
     retrieved = {part.strip() for entry in retrieved_ids for part in entry.split(",")}
     return sum(1 for ev in raw_evidence if ev in retrieved) / len(raw_evidence)
+
+
+class GoldEvidence(Protocol):
+    """What ``gold_evidence_recall`` reads of a gold row (``common.core.schema.Gold`` has it)."""
+
+    qid: str
+    evidence: list[str]
+
+
+def gold_evidence_recall(golds: Iterable[GoldEvidence], retrieved: Mapping[str, Iterable[str]],
+                         group: Callable[[Any], str]) -> dict[str, Any]:
+    """Evidence recall of any benchmark whose gold rows list evidence turn ids (``Gold.evidence``).
+
+    Per question ``evidence_recall(gold.evidence, retrieved[qid])``; a question without gold
+    evidence is left out of the mean and counted in ``no_gold_evidence``; a question with
+    evidence but no retrieval row (a stage that did not finish) counts 0 and is counted in
+    ``missing_retrieval``, never dropped. ``group`` names a row's column (a LoCoMo category, a
+    BEAM ability). Sums and counts stand beside every mean.
+    """
+    values: dict[str, list[float]] = defaultdict(list)
+    empty: Counter[str] = Counter()
+    missing = 0
+    for g in golds:
+        col = group(g)
+        if not g.evidence:
+            empty[col] += 1
+            continue
+        ids = retrieved.get(g.qid)
+        if ids is None:
+            missing += 1
+        recall = evidence_recall(g.evidence, ids or [])
+        values[col].append(0.0 if recall is None else recall)
+
+    def summary(vals: list[float], no_evidence: int) -> dict[str, Any]:
+        return {"recall": sum(vals) / len(vals) if vals else None, "sum": sum(vals), "n": len(vals),
+                "no_gold_evidence": no_evidence}
+
+    every = [v for vals in values.values() for v in vals]
+    return {**summary(every, sum(empty.values())), "missing_retrieval": missing,
+            "by_category": {c: summary(values.get(c, []), empty[c]) for c in sorted(set(values) | set(empty))}}
 
 
 OFFICIAL_RECALL_DECIMALS = 3  # upstream evaluate_qa stores each question's recall as round(recall, 3)

@@ -84,11 +84,14 @@ def _prompt_id(family: str) -> str:
 def prompt_family(plan: Plan | None, retrieval: RetrievalRow, style: str = "harness") -> str:
     """EnSIMem's answer prompt (with the plan); systems without a plan get the same rules
     without it (``answer_baseline``), or the closed-book prompt when they carry no memory;
-    ``style="mem0"`` (config ``answer.prompt``) gives them mem0's own LoCoMo answer prompt."""
+    ``style="mem0"`` (config ``answer.prompt``) gives them mem0's own LoCoMo answer prompt,
+    ``style="beam"`` the official BEAM runner's answer prompt."""
     if plan is not None:
         return "answer"
     if style == "mem0":
         return "answer_mem0"
+    if style == "beam":
+        return "answer_beam"
     return "answer_closed_book" if retrieval.mode == "no_memory" else "answer_baseline"
 
 
@@ -122,6 +125,10 @@ def answer_messages(question: Question, plan: Plan | None, retrieval: RetrievalR
     pid = prompt_family(plan, retrieval, style)
     if pid == "answer_mem0":
         return mem0_messages(question, retrieval)
+    if pid == "answer_beam":
+        # BEAM's official RAG answer prompt: one user message, the buffer as its context.
+        return [{"role": "user", "content": prompts.fill("answer_beam_user", question=question.question,
+                                                         context=retrieval.buffer_text)}]
     if plan is None:
         user = prompts.fill(f"{pid}_user", question_date=date, question=question.question,
                               **({} if retrieval.mode == "no_memory" else

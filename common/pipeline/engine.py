@@ -23,7 +23,7 @@ from common.core.batch import BatchOptions
 from common.core.config import ROLES, Config, resolve_path
 from common.core.embeddings import Embedder
 from common.core.endpoints import cause_hint
-from common.core.io import StageWriter, content_digest, read_jsonl, sha256_file, write_json, write_manifest
+from common.core.io import StageWriter, content_digest, read_jsonl, write_json, write_manifest
 from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, RetryPolicy, resolve_endpoint
 from common.core.schema import Episode, PartitionRow, Question, Session, from_dict, to_dict
 from common.evaluation.scoring import POLICIES
@@ -214,7 +214,8 @@ def dataset_sha256(run: Run, *, reread: bool = False) -> str:
         if (run.dir / fingerprint.FILE).exists() else {}
     if stored.get("run") and not reread:
         return stored["run"]["components"]["dataset_sha256"]
-    return sha256_file(adapter(run.cfg.benchmark).data_path(run.cfg))
+    data = adapter(run.cfg.benchmark)
+    return data.dataset_sha256(data.data_path(run.cfg))
 
 
 def check_protocol(run: Run, *, judge: str | None = None, reread: bool = False) -> str:

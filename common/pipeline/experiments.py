@@ -15,9 +15,10 @@ import yaml
 
 from common.benchmarks.subset import Subset, load_subset
 from common.core.config import ConfigError, read_yaml_mapping, resolve_path
+from common.pipeline.graph import BENCHMARKS
 
 DEFAULT_PATH = "configs/experiments.yaml"
-MAIN_CONFIGS = {"locomo": "configs/locomo.yaml", "longmemeval": "configs/longmemeval.yaml"}
+MAIN_CONFIGS = {name: config for name, config in BENCHMARKS.values()}  # the one list: common.pipeline.graph
 ALL = "all"  # subset tag meaning "every question of the main config"
 
 

@@ -122,7 +122,8 @@ def llm_stages(stages: tuple[Stage, ...] = STAGES) -> list[Stage]:
     return [s for s in stages if s.role]
 
 
-BENCHMARKS = {"LoCoMo": ("locomo", "configs/locomo.yaml"), "LongMemEval": ("longmemeval", "configs/longmemeval.yaml")}
+BENCHMARKS = {"LoCoMo": ("locomo", "configs/locomo.yaml"), "LongMemEval": ("longmemeval", "configs/longmemeval.yaml"),
+              "BEAM": ("beam", "configs/beam.yaml")}
 
 
 def script_header(stage: Stage, folder: str) -> str:

@@ -36,6 +36,7 @@ from common.core.schema import Gold, from_dict
 from common.evaluation.labels import load_labels, run_benchmark, run_judges
 from common.evaluation.loss import CLASSES, as_row, decompose, question_losses
 from common.evaluation.metrics import locomo_f1
+from common.pipeline.experiments import MAIN_CONFIGS
 from common.pipeline.importer import SOURCE_FILE
 from common.report.compare import _pick_judge, compare_runs
 
@@ -349,13 +350,13 @@ def resolve_run(value: str, benchmark: Optional[str], results: Path) -> Path:
     path = Path(value)
     if path.is_dir():
         return path
-    benches = [benchmark] if benchmark else ["locomo", "longmemeval"]
+    benches = [benchmark] if benchmark else list(MAIN_CONFIGS)
     found = [results / b / value for b in benches if (results / b / value).is_dir()]
     if len(found) == 1:
         return found[0]
     if not found:
         raise ArtifactError(f"no run {value!r} under {results}/{{{','.join(benches)}}}/")
-    raise ArtifactError(f"run {value!r} exists for several benchmarks; choose one with BENCH=locomo|longmemeval")
+    raise ArtifactError(f"run {value!r} exists for several benchmarks; choose one with BENCH={'|'.join(MAIN_CONFIGS)}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -363,7 +364,7 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", nargs="?", default=None, help="the run directory (or use --run NAME)")
     p.add_argument("--run", default=None, help="run name under results/<benchmark>/")
-    p.add_argument("--benchmark", choices=("locomo", "longmemeval"), default=None)
+    p.add_argument("--benchmark", choices=tuple(MAIN_CONFIGS), default=None)
     p.add_argument("--results", default="results", help="results root for --run and --b names (default results)")
     p.add_argument("--b", default=None, help="a second run (directory or name) for the diff view")
     p.add_argument("--judge", default=None, help="judge of the run (default: its only judge)")

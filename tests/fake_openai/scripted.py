@@ -34,6 +34,7 @@ PROMPT_KINDS: dict[str, str] = {
     "answer_baseline_user": "answer",  # baselines: same rules, no plan
     "answer_closed_book_user": "answer",  # closed-book baseline (no_memory)
     "answer_mem0_user": "answer",  # answer.prompt: mem0 (one system message)
+    "answer_beam_user": "answer",  # answer.prompt: beam (the official BEAM runner's RAG template)
     # mem0's own fact-extraction prompt (mem0ai 2.2.1 makes one additive ADD-only call per add;
     # its memory-update decisions are part of that reply), sent by common.systems.mem0.
     "mem0_extraction": "mem0_extraction",

@@ -23,10 +23,12 @@ from common.report.tables.published import NOT_STATED, Identity, Published
 
 GROUP_KEY = {"locomo": "by_category", "longmemeval": "by_type"}
 # The commands that create each kind of run (error messages name them).
-MAKE_MAIN = {"locomo": "make locomo", "longmemeval": "make longmemeval"}
+MAKE_MAIN = {"locomo": "make locomo", "longmemeval": "make longmemeval", "beam": "make beam"}
 MAKE_JUDGE2 = {"locomo": "make judge2", "longmemeval": "make judge2-longmemeval"}
-MAKE_BASELINES = {"locomo": "make baselines", "longmemeval": "make baselines-longmemeval"}
-MAKE_ABLATIONS = {"locomo": "make ablations", "longmemeval": "make ablations-longmemeval"}
+MAKE_BASELINES = {"locomo": "make baselines", "longmemeval": "make baselines-longmemeval",
+                  "beam": "make baselines-beam"}
+MAKE_ABLATIONS = {"locomo": "make ablations", "longmemeval": "make ablations-longmemeval",
+                  "beam": "make ablations-beam"}
 
 
 class TableError(RuntimeError):
