@@ -17,6 +17,7 @@ from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages
 # start mem0's telemetry.
 HAVE_MEM0 = importlib.util.find_spec("mem0") is not None
 HAVE_AMEM = importlib.util.find_spec("agentic_memory") is not None
+HAVE_LANGMEM = importlib.util.find_spec("langmem") is not None
 
 
 @pytest.mark.parametrize("system", system_digests.SYSTEMS)
@@ -184,6 +185,8 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
         pytest.skip("mem0ai not installed (make install installs requirements-systems.txt)")
     if name == "amem" and not HAVE_AMEM:
         pytest.skip("a-mem not installed (make install installs requirements-systems.txt)")
+    if name == "langmem" and not HAVE_LANGMEM:
+        pytest.skip("langmem not installed (make install installs requirements-systems.txt)")
     if name == "docs example":
         name = docs_example(tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)

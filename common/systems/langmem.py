@@ -191,8 +191,9 @@ class LangMem(MemorySystem):
 
 
 def _memory_text(value: Any) -> str:
-    """A stored memory's text: LangMem's default schema keeps it as ``{"content": "..."}``."""
-    content = value.get("content") if isinstance(value, dict) else value
+    """A memory's text: LangMem's default schema (``Memory``, a pydantic model once the manager has
+    read it back) keeps it as ``content``."""
+    content = value.get("content") if isinstance(value, dict) else getattr(value, "content", value)
     if isinstance(content, dict):
         content = content.get("content", json.dumps(content, ensure_ascii=False))
     return str(content)
