@@ -244,9 +244,10 @@ class Gateway:
         message: dict[str, Any] = {"role": "assistant", "content": c.text if c.text or not c.tool_calls else None}
         if c.tool_calls:
             message["tool_calls"] = c.tool_calls
-        usage = {"prompt_tokens": c.usage.get("prompt_tokens", 0), "completion_tokens": c.usage.get("completion_tokens", 0)}
+        usage = {k: c.usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens")}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        return {"id": f"chatcmpl-{c.cache_key[:24]}", "object": "chat.completion", "created": 0, "model": c.model,
+        return {"id": f"chatcmpl-{c.cache_key[:24]}", "object": "chat.completion", "created": 0,
+                "model": c.model,
                 "choices": [{"index": 0, "message": message, "logprobs": None,
                              "finish_reason": "tool_calls" if c.tool_calls else "stop"}],
                 "usage": usage}

@@ -83,7 +83,7 @@ def _import_langmem() -> Any:
     with _lock:
         for module in (extraction, trustcall_base):
             if not isinstance(module.uuid, _DeterministicUuid):
-                module.uuid = _DeterministicUuid()  # type: ignore[assignment]
+                module.uuid = _DeterministicUuid()
     return extraction
 
 

@@ -64,7 +64,8 @@ PROMPT_KINDS: dict[str, str] = {
 # ``gateway.<system>``) but whose body says what it wants (a json_schema response format, tools):
 # the reply is chosen from the body (``generic_reply``).
 GENERIC_KIND = "generic"
-CHAT_KINDS = frozenset(PROMPT_KINDS.values()) | {GENERIC_KIND}
+CHAT_KINDS = frozenset(PROMPT_KINDS.values())
+FAULTABLE_KINDS = CHAT_KINDS | {GENERIC_KIND}  # what a FaultPlan may fault
 # Ids of prompts an outside memory system owns (inside its package, not in common/prompts/).
 OUTSIDE_PROMPTS = frozenset({"mem0_extraction", "amem_analyze", "amem_evolve"})
 UNKNOWN_KIND = "unknown"
@@ -146,13 +147,12 @@ def synthesize(schema: Any, text: str, root: Optional[dict[str, Any]] = None) ->
     if kind == "array":
         return [synthesize(schema.get("items") or {}, text, root) for _ in range(int(schema.get("minItems") or 0))]
     if kind == "string":
-        value = _snippet(text)
-        value = value.ljust(int(schema.get("minLength") or 0), ".")
-        return value[: int(schema["maxLength"])] if "maxLength" in schema else value
+        line = _snippet(text).ljust(int(schema.get("minLength") or 0), ".")
+        return line[: int(schema["maxLength"])] if "maxLength" in schema else line
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
-        value = low + (1 if "exclusiveMinimum" in schema and "minimum" not in schema else 0)
-        return int(value) if kind == "integer" else float(value)
+        low = float(schema.get("minimum", schema.get("exclusiveMinimum", 0)) or 0)
+        number = low + (1 if "exclusiveMinimum" in schema and "minimum" not in schema else 0)
+        return int(number) if kind == "integer" else number
     if kind == "boolean":
         return False
     return None
@@ -160,7 +160,8 @@ def synthesize(schema: Any, text: str, root: Optional[dict[str, Any]] = None) ->
 
 def _chosen_tool(tools: list[Any], choice: Any) -> Optional[dict[str, Any]]:
     """The function a reply calls: the one ``tool_choice`` names, else the first (``none``: none)."""
-    functions = [t.get("function") for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    functions: list[dict[str, Any]] = [t["function"] for t in tools
+                                       if isinstance(t, dict) and isinstance(t.get("function"), dict)]
     if choice == "none" or not functions:
         return None
     if isinstance(choice, dict):

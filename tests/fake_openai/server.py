@@ -42,16 +42,17 @@ from typing import Any, Optional
 from tests.fake_openai.batches import FakeBatches, parse_multipart
 from tests.fake_openai.instrumentation import Instrumentation
 from tests.fake_openai.scripted import (
-    CHAT_KINDS,
     EMBEDDING_DIM,
     EMBEDDINGS_KIND,
     FAKE_MODEL,
+    FAULTABLE_KINDS,
     GENERIC_KIND,
     PROMPT_ID_HEADER,
     UNKNOWN_KIND,
     approx_tokens,
     embed_text,
     generic_reply,
+    kind_for_prompt_id,
     kind_for_request,
     prompt_text,
     scripted_content,
@@ -112,7 +113,7 @@ class FaultPlan:
         if self.rate > 0 and not self.types:
             raise ValueError("FaultPlan.types must not be empty when rate > 0")
         for kind, names in self.pinned.items():
-            if kind not in CHAT_KINDS:
+            if kind not in FAULTABLE_KINDS:
                 raise ValueError(f"FaultPlan.pinned: unknown prompt kind {kind!r}")
             for name in names:
                 if name not in ALL_FAULTS and name.lower() not in NO_FAULT:
@@ -591,7 +592,7 @@ class FakeOpenAI(Instrumentation):
 
     def _choose_fault(self, kind: str, canonical: str, seen: int) -> Optional[str]:
         plan = self.faults
-        if plan is None or kind not in CHAT_KINDS:
+        if plan is None or kind not in FAULTABLE_KINDS:
             return None
         if plan.kinds is not None and kind not in plan.kinds:
             return None
