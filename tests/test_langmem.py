@@ -16,7 +16,7 @@ from tests.conftest import TINY_LOCOMO, block_sockets_except, rows, run_override
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("langmem") is None,
                                 reason="langmem not installed (make install installs requirements-systems.txt)")
-UP_TO_07 = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer"]
+ALL = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer", "judge", "aggregate"]
 
 
 def langmem_sets(tmp_path, **extra):
@@ -26,7 +26,7 @@ def langmem_sets(tmp_path, **extra):
 
 @pytest.fixture(scope="module")
 def langmem_run(tmp_path_factory):
-    """One run of 01-07 on the tiny fixture with every socket but the fake server's and the
+    """One run of 01-09 on the tiny fixture with every socket but the fake server's and the
     gateway's refused, then a rerun of 06 and a re-ingestion from scratch."""
     from tests.fake_openai import FakeOpenAI
 
@@ -44,7 +44,7 @@ def langmem_run(tmp_path_factory):
         mp.setattr(Gateway, "start", started)
         attempts = block_sockets_except(mp, fake.base_url, also=lambda a: a[0] == "127.0.0.1" and a[1] in ports)
         sets = langmem_sets(tmp)
-        run = run_stages("configs/locomo.yaml", sets, UP_TO_07)
+        run = run_stages("configs/locomo.yaml", sets, ALL)
         kinds, paid = fake.counts_by_kind(), fake.request_count
         run_stages("configs/locomo.yaml", sets, ["retrieve"])
         rerun = fake.request_count - paid
@@ -64,7 +64,8 @@ def test_langmem_ingests_searches_and_answers_through_the_gateway(langmem_run):
     sessions = rows(run.path("sessions"))
     # One store-manager call per session (the fake's tool call is valid: no repair call), every one
     # through the gateway (prompt id gateway.langmem, the fake's generic kind), then the answers.
-    assert kinds == {"generic": len(sessions), "answer": 11, "embeddings": kinds["embeddings"]}
+    judged = len(rows(run.dir / "08_judge_gpt-4o-mini.jsonl"))  # LoCoMo category 5 is not judged
+    assert kinds == {"generic": len(sessions), "answer": 11, "judge_locomo": judged, "embeddings": kinds["embeddings"]}
     fake = langmem_run["fake"]
     prompt_ids = [h.get("x-prompt-id") for h, b in zip(fake.request_headers, fake.requests) if "tools" in b]
     assert prompt_ids == ["gateway.langmem"] * len(sessions)
@@ -80,6 +81,15 @@ def test_langmem_ingests_searches_and_answers_through_the_gateway(langmem_run):
     assert len(rows(run.path("answers"))) == 11
     entry = next(e for e in ledger.ledger(run.dir)["stages"] if e["stage"] == "06_retrieve_ingest")
     assert entry["role"] == "memory" and entry["calls"] == len(sessions)
+    # The systems table: the run's row with its calls, tokens and dollars per question, measured here.
+    from common.report.tables import command
+
+    results = run.dir.parent.parent
+    assert command.main(["--results", str(results), "--out", str(results / "tables"), "--only", "systems"]) == 0
+    line = next(x for x in (results / "tables" / "systems.md").read_text().splitlines() if " | langmem | " in x)
+    cells = [c.strip() for c in line.split("|")]
+    per_question = (len(sessions) + 11 + judged) / 11  # the extraction calls, the answers, the judgments
+    assert cells[-5:-1] == [f"{per_question:.1f}", cells[-4], cells[-3], "measured here"] and "(" in cells[6]
     est = dryrun.estimate(load_config(["configs/locomo.yaml"], langmem_run["sets"]))
     row = next(s for s in est["stages"] if s["stage"] == "06_retrieve")
     assert row["role"] == "memory" and row["calls"] == len(sessions) and row["already_done"] == len(sessions)
