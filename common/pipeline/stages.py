@@ -63,6 +63,7 @@ from common.pipeline.engine import (
 from common.pipeline.graph import IDS as ID  # manifest and summary names: declared in the graph only
 from common.pipeline.graph import by_name
 from common.systems.base import Context, MemorySystem, Spent
+from common.systems.gateway import Gateway
 from common.systems.registry import system_class, uses_stage
 
 
@@ -293,8 +294,6 @@ def retrieve(run: Run) -> None:
         system.ctx.llm = run.llm
     with contextlib.ExitStack() as stack:
         if system.uses_gateway:  # its own OpenAI client reaches the harness's through this endpoint
-            from common.systems.gateway import Gateway  # aiohttp: imported by the runs that need it
-
             system.ctx.gateway = stack.enter_context(Gateway(run.llm, system.ctx.embedder, system=system.name,
                                                              role=system.role or "memory"))
         _retrieve_rows(run, system, questions, views)

@@ -37,18 +37,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from common.core.llm import LLMCallError
 from common.systems.base import Spent
+
+if TYPE_CHECKING:  # aiohttp (requirements-systems.txt) is imported when a gateway starts
+    from aiohttp import web
 
 PROMPT_PREFIX = "gateway."
 # Request fields forwarded to ``LLMClient.complete``; everything else (model, temperature, seed,
 # n, stream options) is the role's setting or refused.
 FORWARDED = ("messages", "response_format", "tools", "tool_choice", "max_tokens", "max_completion_tokens")
-SPENT = web.RequestKey("spent", Spent)  # where a request's calls are recorded (its token's account)
 _CAUSE_STATUS = {"timeout": 504, "connection": 502, "bad_response": 502, "cache_miss": 503}
 
 
@@ -101,7 +101,7 @@ class Gateway:
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="gateway")
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
-        self._runner: Optional[web.AppRunner] = None
+        self._runner: Optional["web.AppRunner"] = None
         self.port = 0
 
     # ---- lifecycle
@@ -135,7 +135,11 @@ class Gateway:
         return self
 
     async def _serve(self) -> None:
-        app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
+        from aiohttp import web
+
+        # Where a request's calls are recorded (its token's account).
+        self._spent_key = web.RequestKey("spent", Spent)
+        app = web.Application(middlewares=[web.middleware(self._auth)], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
@@ -177,35 +181,40 @@ class Gateway:
             return self.stats.summary()
 
     # ---- request handling
-    @web.middleware
-    async def _auth(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+    async def _auth(self, request: "web.Request", handler: Callable[["web.Request"], Any]) -> "web.StreamResponse":
+        from aiohttp import web
+
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         with self._lock:
             spent = next((s for t, s in self._sessions.items() if hmac.compare_digest(t, given)), None)
         if spent is None:
             return web.json_response(error_body("the gateway needs its bearer token", "invalid_request_error",
                                                 "invalid_api_key"), status=401)
-        request[SPENT] = spent
+        request[self._spent_key] = spent
         started = time.perf_counter()
         try:
-            response: web.StreamResponse = await handler(request)
+            response: "web.StreamResponse" = await handler(request)
             return response
         finally:
             with self._lock:
                 self.stats.handler_seconds += time.perf_counter() - started
 
-    async def _body(self, request: web.Request) -> Any:
+    async def _body(self, request: "web.Request") -> Any:
         try:
             return await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             return None
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _models(self, request: "web.Request") -> "web.Response":
+        from aiohttp import web
+
         model = self.llm.settings(self.role).model
         return web.json_response({"object": "list", "data": [
             {"id": model, "object": "model", "created": 0, "owned_by": "harness"}]})
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: "web.Request") -> "web.Response":
+        from aiohttp import web
+
         body = await self._body(request)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             return web.json_response(error_body("'messages' must be a non-empty list", "invalid_request_error"),
@@ -213,7 +222,7 @@ class Gateway:
         if body.get("stream"):
             return web.json_response(error_body("the gateway does not stream", "invalid_request_error"), status=400)
         loop = asyncio.get_running_loop()
-        spent = request[SPENT]
+        spent = request[self._spent_key]
         try:
             payload = await loop.run_in_executor(self._pool, self._complete, body, spent)
         except LLMCallError as exc:
@@ -252,7 +261,9 @@ class Gateway:
                              "finish_reason": "tool_calls" if c.tool_calls else "stop"}],
                 "usage": usage}
 
-    async def _embeddings(self, request: web.Request) -> web.Response:
+    async def _embeddings(self, request: "web.Request") -> "web.Response":
+        from aiohttp import web
+
         body = await self._body(request)
         inp = body.get("input") if isinstance(body, dict) else None
         texts = [inp] if isinstance(inp, str) else inp

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from common.core import fingerprint
+from common.pipeline import ledger
 from common.report.tables.published import DASH
 from common.report.tables.runs import MAKE_MAIN, Context, MissingRun, RunData, measured, open_run
 from common.report.tables.table import Table, fmt_acc
@@ -38,8 +39,6 @@ def _spent(run: RunData) -> dict[str, str]:
     """LLM calls, tokens and dollars (uncached, at the price file's rates) per question of a run,
     every stage's calls counted (an outside system's ingestion too, through its markers), and
     where its numbers come from."""
-    from common.pipeline import ledger
-
     source = "imported" if fingerprint.imported(run.dir) is not None else "measured here"
     questions = run.dir / "01_questions.jsonl"
     n = sum(1 for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()) \
