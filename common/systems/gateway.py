@@ -137,9 +137,11 @@ class Gateway:
     async def _serve(self) -> None:
         from aiohttp import web
 
-        # Where a request's calls are recorded (its token's account).
-        self._spent_key = web.RequestKey("spent", Spent)
-        app = web.Application(middlewares=[web.middleware(self._auth)], client_max_size=64 * 1024 * 1024)
+        @web.middleware
+        async def auth(request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+            return await self._auth(request, handler)
+
+        app = web.Application(middlewares=[auth], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
@@ -184,13 +186,9 @@ class Gateway:
     async def _auth(self, request: "web.Request", handler: Callable[["web.Request"], Any]) -> "web.StreamResponse":
         from aiohttp import web
 
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        with self._lock:
-            spent = next((s for t, s in self._sessions.items() if hmac.compare_digest(t, given)), None)
-        if spent is None:
+        if self._account(request) is None:
             return web.json_response(error_body("the gateway needs its bearer token", "invalid_request_error",
                                                 "invalid_api_key"), status=401)
-        request[self._spent_key] = spent
         started = time.perf_counter()
         try:
             response: "web.StreamResponse" = await handler(request)
@@ -198,6 +196,12 @@ class Gateway:
         finally:
             with self._lock:
                 self.stats.handler_seconds += time.perf_counter() - started
+
+    def _account(self, request: "web.Request") -> Optional[Spent]:
+        """Where the calls of a request are recorded: its bearer token's account (None: no such token)."""
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        with self._lock:
+            return next((s for t, s in self._sessions.items() if hmac.compare_digest(t, given)), None)
 
     async def _body(self, request: "web.Request") -> Any:
         try:
@@ -222,7 +226,8 @@ class Gateway:
         if body.get("stream"):
             return web.json_response(error_body("the gateway does not stream", "invalid_request_error"), status=400)
         loop = asyncio.get_running_loop()
-        spent = request[self._spent_key]
+        spent = self._account(request)
+        assert spent is not None  # the middleware let the request in
         try:
             payload = await loop.run_in_executor(self._pool, self._complete, body, spent)
         except LLMCallError as exc:
