@@ -110,4 +110,22 @@ def render_markdown(result: dict[str, Any]) -> str:
         lines += _warm(items["warm"])
     if "memory" in items:
         lines += _memory(items["memory"], b["full_run"])
+    if "gateway" in items:
+        lines += _gateway(items["gateway"])
     return "\n".join(lines)
+
+
+def _gateway(item: dict[str, Any]) -> list[str]:
+    o, i = item["overhead"], item["ingestion"]
+    direct, via = o["direct"]["mean_latency"], o["gateway"]["mean_latency"]
+    rows = [["mean latency per call, straight through the client", f"{direct * 1000:.1f} ms"],
+            ["mean latency per call, through the gateway (openai SDK)", f"{via * 1000:.1f} ms"],
+            ["gateway overhead per call", f"{o['overhead_per_call_seconds'] * 1000:.1f} ms"]]
+    if "skipped" in i:
+        rows.append(["LangMem ingestion ratio", f"not measured: {i['skipped']}"])
+    else:
+        rows.append(["LangMem ingestion: wall / (calls x latency / concurrency)",
+                     f"{i['wall_seconds']:.1f} s / ({i['calls']} x {i['latency']} s / {i['concurrency']}) "
+                     f"= {i['ratio']}"])
+    return [f"## 5. Gateway ({o['calls']} distinct calls at concurrency {o['concurrency']})", ""] + \
+        _table(["figure", "measured"], rows)

@@ -37,7 +37,7 @@ from bench.throughput import llm_stage_figures, speedup
 from common.core import artifacts
 from common.core.config import ConfigError, load_config, resolve_path
 
-ITEMS = ("throughput", "speedup", "retrieval", "warm", "memory")
+ITEMS = ("throughput", "speedup", "retrieval", "warm", "memory", "gateway")
 MARKER = ".bench-workdir"  # only a directory carrying this file is ever wiped
 TARGETS = {"ratio": 1.2, "retrieval_p50": 0.020, "retrieval_p95": 0.060, "warm_calls": 0, "peak_rss": 2 * GIB}
 
@@ -162,6 +162,15 @@ def run_bench(opts: Options) -> dict[str, Any]:
                 items["retrieval"] = retrieval_latency(full, conv, cache_after_04, opts.workdir,
                                                        p50_target=TARGETS["retrieval_p50"],
                                                        p95_target=TARGETS["retrieval_p95"])
+        if "gateway" not in opts.skip:  # an outside system's calls through the gateway (common/systems/gateway.py)
+            print("bench: gateway overhead per call and LangMem's ingestion ratio", flush=True)
+            from bench import gateway
+
+            items["gateway"] = {"overhead": gateway.overhead(server.base_url, opts.workdir,
+                                                             concurrency=opts.concurrency),
+                                "ingestion": gateway.ingestion_ratio(
+                                    server.base_url, opts.workdir, opts.config,
+                                    [o for o in full.overrides if o.startswith("data.")], opts.latency)}
     if "memory" not in opts.skip:
         weights = model_weight_bytes(full.cfg().embedding)
         items["memory"] = {**peak_memory(cold, weights["bytes"], TARGETS["peak_rss"]), "model": weights}

@@ -36,9 +36,10 @@ def fake_server():
         yield server
 
 
-def block_sockets_except(monkeypatch, base_url: str) -> list:
-    """Refuse every connection and name lookup but ``base_url``'s host and port; returns the list
-    of attempts (addresses, or refused host names) for the test to check."""
+def block_sockets_except(monkeypatch, base_url: str, also=None) -> list:
+    """Refuse every connection and name lookup but ``base_url``'s host and port (and addresses
+    ``also(address)`` accepts: e.g. the gateway's, whose port is known once it runs); returns the
+    list of attempts (addresses, or refused host names) for the test to check."""
     import socket
     from urllib.parse import urlparse
 
@@ -48,7 +49,7 @@ def block_sockets_except(monkeypatch, base_url: str) -> list:
 
     def connect(self, address):
         attempts.append(address)
-        if not (isinstance(address, tuple) and (address[0], address[1]) == allowed):
+        if not (isinstance(address, tuple) and ((address[0], address[1]) == allowed or (also and also(address)))):
             raise OSError(f"blocked by the test: {address}")
         return real_connect(self, address)
 

@@ -30,7 +30,10 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          # The LLM SDK: loaded on first use by common/core/llm.py (a cached stage never pays its import).
          "openai",
          # BEAM's official scorer repairs a malformed judge reply with json_repair: only that path needs it.
-         "json_repair"}
+         "json_repair",
+         # LangMem and its LangChain clients (method.name=langmem only, after tracing is set off),
+         # and the gateway's server (requirements-systems.txt: imported when a gateway starts).
+         "langmem", "trustcall", "langchain_openai", "langgraph", "aiohttp"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and
 # must not move with the package layout), each with the ONE layer it may import. They are thin:
 # imports of that layer only, no definitions, nothing imports them.

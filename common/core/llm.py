@@ -112,6 +112,8 @@ class Completion:
     usage: dict[str, int]
     latency: float
     batch: bool = False  # answered through the Batch API in this run (priced at the batch rate)
+    # The reply's tool calls (OpenAI wire format) when the request offered ``tools``.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self, prompt_id: str) -> dict[str, Any]:
         """The audit entry stored in artifact rows (no text: that is in the cache)."""
@@ -292,6 +294,29 @@ def _reply_text(resp: Any) -> str:
     return choices[0].message.content or ""
 
 
+def _passed(**fields: Any) -> dict[str, Any]:
+    """The request fields a caller gave (None = not given: the body, and so the key, stay as before)."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _tool_calls(resp: Any) -> list[dict[str, Any]]:
+    """The tool calls of a chat completion in wire format (``id``, ``type``, ``function``)."""
+    calls = getattr(resp.choices[0].message, "tool_calls", None) or []
+    return [c.model_dump(mode="json", exclude_none=True) if hasattr(c, "model_dump") else dict(c) for c in calls]
+
+
+def _pack(text: str, calls: list[dict[str, Any]]) -> str:
+    """The cached reply of a request with tools: its text and its tool calls, as one JSON string."""
+    return json.dumps({"content": text, "tool_calls": calls}, ensure_ascii=False)
+
+
+def _unpack(stored: str, with_tools: bool) -> tuple[str, list[dict[str, Any]]]:
+    if not with_tools:
+        return stored, []
+    packed = json.loads(stored)
+    return packed["content"], list(packed["tool_calls"])
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     max_attempts: int = 6
@@ -422,6 +447,9 @@ class LLMClient:
         max_tokens: Optional[int] = None,
         prompt_id: Optional[str] = None,
         repeat: int = 0,
+        response_format: Optional[dict[str, Any]] = None,
+        tools: Optional[list[dict[str, Any]]] = None,
+        tool_choice: Any = None,
     ) -> Completion:
         """One chat completion, served from the cache when the same request was made before.
 
@@ -434,6 +462,10 @@ class LLMClient:
         seed becomes seed + i where one is set, and i enters the cache key, so an endpoint that
         ignores seeds still gets N distinct cached calls. Repeat 0 is the ordinary call (its key
         is unchanged, so existing caches stay valid).
+
+        ``response_format`` (e.g. a ``json_schema``), ``tools`` and ``tool_choice`` are sent as
+        given (the gateway forwards an outside system's requests): they replace ``json_mode``'s
+        format and enter the cache key; a reply's tool calls are in ``Completion.tool_calls``.
         """
         settings = self.settings(role)
         if max_tokens is not None and settings.max_tokens is None:
@@ -443,13 +475,16 @@ class LLMClient:
         pool, api_key = self.pool(role)
         base_url = pool.identity  # not the endpoint that will answer: see common.core.endpoints
         body = self.request_body(settings, messages, json_mode)
+        body.update(_passed(response_format=response_format, tools=tools or None, tool_choice=tool_choice))
         extra = dict(settings.extra_body)
         key = cache_key({"base_url": base_url, **body, "extra_body": extra, **({"repeat": repeat} if repeat else {})})
         stat = self._stat(role)
         with self._lock:
             stat.calls += 1
         headers = {PROMPT_ID_HEADER: prompt_id} if prompt_id else None  # not in ``key``
-        if self.batcher and role in self.batcher.roles and self._rounds and self.cache.mode != "ro":
+        # A request with tools is never batched (the batch stores a reply's text only).
+        if self.batcher and role in self.batcher.roles and self._rounds and self.cache.mode != "ro" \
+                and "tools" not in body:
             done = self._from_batch(role, settings, key, stat)
             if done is not None:
                 return done
@@ -489,7 +524,8 @@ class LLMClient:
                 stat.cached += 1
             # A cache hit reports the ORIGINAL call's latency (flagged cached): online-efficiency
             # tables stay meaningful when a run is rebuilt from the cache.
-            return Completion(hit[0], key, True, settings.model, hit[1], hit[2])
+            text, calls = _unpack(hit[0], "tools" in body)
+            return Completion(text, key, True, settings.model, hit[1], hit[2], tool_calls=calls)
         if self.cache.mode == "ro":
             with self._lock:
                 stat.failed += 1
@@ -532,8 +568,10 @@ class LLMClient:
             stat.prompt_tokens += usage["prompt_tokens"]
             stat.completion_tokens += usage["completion_tokens"]
             stat.latencies.append(latency)
-        self.cache.put(key, {"base_url": base_url, **body}, text, usage, latency)
-        return Completion(text, key, False, settings.model, usage, latency)
+        calls = _tool_calls(resp) if "tools" in body else []
+        self.cache.put(key, {"base_url": base_url, **body}, _pack(text, calls) if "tools" in body else text,
+                       usage, latency)
+        return Completion(text, key, False, settings.model, usage, latency, tool_calls=calls)
 
     def _from_batch(self, role: str, settings: RoleSettings, key: str, stat: CallStats) -> Optional[Completion]:
         """This run's batch outcome of a request: its reply (paid, at the batch rate), or its failure."""

@@ -7,6 +7,7 @@ never the gold file: only ``judge`` and ``aggregate`` open it (and 06 for the la
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -65,6 +66,7 @@ from common.pipeline.engine import (
 from common.pipeline.graph import IDS as ID  # manifest and summary names: declared in the graph only
 from common.pipeline.graph import by_name
 from common.systems.base import Context, MemorySystem, Spent
+from common.systems.gateway import Gateway
 from common.systems.registry import system_class, uses_stage
 
 
@@ -301,6 +303,16 @@ def retrieve(run: Run) -> None:
     if system.role:
         run.client((system.role,))
         system.ctx.llm = run.llm
+    with contextlib.ExitStack() as stack:
+        if system.uses_gateway:  # its own OpenAI client reaches the harness's through this endpoint
+            system.ctx.gateway = stack.enter_context(Gateway(run.llm, system.ctx.embedder, system=system.name,
+                                                             role=system.role or "memory"))
+        _retrieve_rows(run, system, questions, views)
+        if system.ctx.gateway is not None:
+            print(f"{ID['retrieve']}: gateway {system.ctx.gateway.summary()}", flush=True)
+
+
+def _retrieve_rows(run: Run, system: MemorySystem, questions: list[Question], views: dict[str, MemoryView]) -> None:
     ingested = _ingest(run, system, views, list(dict.fromkeys(q.memory_id for q in questions)))
     by_memory = ingested.get("digests", {})
     lock = threading.Lock()

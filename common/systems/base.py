@@ -92,6 +92,10 @@ class Context:
     read_gold: Optional[Callable[[], dict[str, Any]]] = None
     # ``advance(n)``: n more sessions ingested; the harness's ingestion progress bar (a no-op off a terminal).
     advance: Callable[[int], Any] = lambda n: None
+    # The local OpenAI-compatible endpoint (``common.systems.gateway``: ``base_url``, ``api_key``,
+    # ``session(spent)``) while the harness ingests and searches, for a system that declares
+    # ``uses_gateway``; None for every other system.
+    gateway: Any = None
 
     @property
     def options(self) -> dict[str, Any]:
@@ -114,13 +118,15 @@ class MemorySystem:
     Class attributes: ``name`` (the registered name or the class's import path), ``stages``
     (graph stages it runs; at least ``PROTOCOL_STAGES``), ``role`` (the LLM role it calls
     through ``ctx.llm``, ``"memory"`` for outside systems, else None), ``reads_gold`` (only
-    the oracle).
+    the oracle), ``uses_gateway`` (the system brings its own OpenAI client, pointed at
+    ``ctx.gateway``; its calls are made under ``role``).
     """
 
     name: str = ""
     stages: ClassVar[frozenset[str]] = PROTOCOL_STAGES
     role: Optional[str] = None
     reads_gold: ClassVar[bool] = False
+    uses_gateway: ClassVar[bool] = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

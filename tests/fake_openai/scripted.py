@@ -11,7 +11,7 @@ import json
 import math
 import re
 import struct
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 FAKE_MODEL = "fake-model"
 EMBEDDING_DIM = 32
@@ -72,7 +72,12 @@ PROMPT_KINDS: dict[str, str] = {
     "judge_beam_align_user": "judge_beam_align",
     "judge_beam_align_system": "judge_beam_align",
 }
+# A request whose prompt id names no kind (an outside system's, sent through the gateway as
+# ``gateway.<system>``) but whose body says what it wants (a json_schema response format, tools):
+# the reply is chosen from the body (``generic_reply``).
+GENERIC_KIND = "generic"
 CHAT_KINDS = frozenset(PROMPT_KINDS.values())
+FAULTABLE_KINDS = CHAT_KINDS | {GENERIC_KIND}  # what a FaultPlan may fault
 # Ids of prompts an outside memory system owns (inside its package, not in common/prompts/).
 OUTSIDE_PROMPTS = frozenset({"mem0_extraction", "amem_analyze", "amem_evolve"})
 UNKNOWN_KIND = "unknown"
@@ -83,6 +88,116 @@ def kind_for_prompt_id(prompt_id: Optional[str]) -> str:
     """The prompt kind of a chat request's ``X-Prompt-Id`` value; ``UNKNOWN_KIND`` when the header
     is missing or names no known prompt."""
     return PROMPT_KINDS.get((prompt_id or "").strip(), UNKNOWN_KIND)
+
+
+# --------------------------------------------------------------------------- generic fallback
+# ``response_format.json_schema.name`` -> the reply (a JSON-able instance) built from the prompt
+# text and the schema: systems whose structured calls need replies a synthesized minimal instance
+# cannot give (e.g. ids that must point at something in the prompt) register them here.
+SCHEMA_KINDS: dict[str, Callable[[str, dict[str, Any]], Any]] = {}
+GATEWAY_PREFIX = "gateway."
+
+
+def kind_for_request(prompt_id: Optional[str], body: dict[str, Any]) -> str:
+    """The kind of a chat request: its prompt id's (``PROMPT_KINDS``), else ``GENERIC_KIND`` when the
+    id is a gateway's or the body carries a json_schema or tools, else ``UNKNOWN_KIND`` (a 400)."""
+    kind = kind_for_prompt_id(prompt_id)
+    if kind != UNKNOWN_KIND:
+        return kind
+    if (prompt_id or "").startswith(GATEWAY_PREFIX) or _json_schema(body) is not None or body.get("tools"):
+        return GENERIC_KIND
+    return UNKNOWN_KIND
+
+
+def _json_schema(body: dict[str, Any]) -> Optional[dict[str, Any]]:
+    rf = body.get("response_format")
+    if isinstance(rf, dict) and rf.get("type") == "json_schema" and isinstance(rf.get("json_schema"), dict):
+        return rf["json_schema"]
+    return None
+
+
+def _snippet(text: str) -> str:
+    """The text a synthesized string carries: the prompt's last non-empty line (what was said last)."""
+    lines = [line.strip() for line in text.splitlines() if len(WORD_RE.findall(line)) >= 2
+             and not line.strip().startswith("<")]
+    return (lines[-1] if lines else "fake")[:200]
+
+
+def synthesize(schema: Any, text: str, root: Optional[dict[str, Any]] = None) -> Any:
+    """A minimal deterministic instance valid against the JSON schema ``schema`` (``$ref`` into
+    ``$defs``/``definitions``, ``anyOf``/``oneOf``/``allOf``, ``enum``/``const``, the usual types):
+    required properties only, arrays at their ``minItems``, strings from ``_snippet(text)``."""
+    root = root if root is not None else (schema if isinstance(schema, dict) else {})
+    if not isinstance(schema, dict):
+        return None
+    if "$ref" in schema:
+        target: Any = root
+        for part in str(schema["$ref"]).lstrip("#/").split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        return synthesize(target, text, root)
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if schema.get(key):
+            options = [o for o in schema[key] if not (isinstance(o, dict) and o.get("type") == "null")]
+            return synthesize((options or schema[key])[0], text, root)
+    if schema.get("allOf"):
+        merged: dict[str, Any] = {}
+        for part in schema["allOf"]:
+            merged.update(part if isinstance(part, dict) else {})
+        return synthesize(merged, text, root)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind is None:
+        kind = "object" if "properties" in schema else "string"
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {name: synthesize(props.get(name, {}), text, root) for name in schema.get("required") or []}
+    if kind == "array":
+        return [synthesize(schema.get("items") or {}, text, root) for _ in range(int(schema.get("minItems") or 0))]
+    if kind == "string":
+        line = _snippet(text).ljust(int(schema.get("minLength") or 0), ".")
+        return line[: int(schema["maxLength"])] if "maxLength" in schema else line
+    if kind in ("integer", "number"):
+        low = float(schema.get("minimum", schema.get("exclusiveMinimum", 0)) or 0)
+        number = low + (1 if "exclusiveMinimum" in schema and "minimum" not in schema else 0)
+        return int(number) if kind == "integer" else number
+    if kind == "boolean":
+        return False
+    return None
+
+
+def _chosen_tool(tools: list[Any], choice: Any) -> Optional[dict[str, Any]]:
+    """The function a reply calls: the one ``tool_choice`` names, else the first (``none``: none)."""
+    functions: list[dict[str, Any]] = [t["function"] for t in tools
+                                       if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    if choice == "none" or not functions:
+        return None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        return next((f for f in functions if f.get("name") == name), functions[0])
+    return functions[0]
+
+
+def generic_reply(body: dict[str, Any], text: str) -> tuple[str, list[dict[str, Any]]]:
+    """(message content, tool calls) of a ``GENERIC_KIND`` request, from its body: a registered
+    ``SCHEMA_KINDS`` reply, else a synthesized instance of its json_schema, else a tool call whose
+    arguments are valid against the chosen tool's parameters, else plain text."""
+    spec = _json_schema(body)
+    if spec is not None:
+        builder = SCHEMA_KINDS.get(str(spec.get("name") or ""))
+        schema = spec.get("schema") or {}
+        return json.dumps(builder(text, schema) if builder else synthesize(schema, text)), []
+    tool = _chosen_tool(body.get("tools") or [], body.get("tool_choice"))
+    if tool is not None:
+        args = synthesize(tool.get("parameters") or {"type": "object"}, text)
+        call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
+        return "", [{"id": call_id, "type": "function",
+                     "function": {"name": tool.get("name"), "arguments": json.dumps(args)}}]
+    return f"Noted: {_snippet(text)}", []
 
 
 # --------------------------------------------------------------------------- prompt parsing

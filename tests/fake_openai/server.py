@@ -10,7 +10,10 @@ The server speaks just enough of the OpenAI HTTP protocol for the official ``ope
 
 The prompt kind of a chat request is read from its ``X-Prompt-Id`` header (the id of the prompt
 template that produced the messages, which ``LLMClient.complete(prompt_id=...)`` sends) through the
-table ``scripted.PROMPT_KINDS``; a request without the header, or with an id not in the table, gets
+table ``scripted.PROMPT_KINDS``. A request without a known id whose body says what it wants (a
+``gateway.*`` id, a json_schema ``response_format`` or ``tools``) gets the generic reply
+(``scripted.generic_reply``: a ``SCHEMA_KINDS`` entry, a synthesized schema instance, a tool call);
+any other request without the header, or with an id not in the table, gets
 a 400 ``unknown_prompt_kind`` that names the header. The message text never decides the kind. A
 ``FaultPlan`` injects HTTP errors, slow answers, broken content and broken response bodies so
 retry/repair paths can be tested; ``Capabilities`` makes it a server that lacks a feature (JSON
@@ -39,15 +42,18 @@ from typing import Any, Optional
 from tests.fake_openai.batches import FakeBatches, parse_multipart
 from tests.fake_openai.instrumentation import Instrumentation
 from tests.fake_openai.scripted import (
-    CHAT_KINDS,
     EMBEDDING_DIM,
     EMBEDDINGS_KIND,
     FAKE_MODEL,
+    FAULTABLE_KINDS,
+    GENERIC_KIND,
     PROMPT_ID_HEADER,
     UNKNOWN_KIND,
     approx_tokens,
     embed_text,
+    generic_reply,
     kind_for_prompt_id,
+    kind_for_request,
     prompt_text,
     scripted_content,
 )
@@ -107,7 +113,7 @@ class FaultPlan:
         if self.rate > 0 and not self.types:
             raise ValueError("FaultPlan.types must not be empty when rate > 0")
         for kind, names in self.pinned.items():
-            if kind not in CHAT_KINDS:
+            if kind not in FAULTABLE_KINDS:
                 raise ValueError(f"FaultPlan.pinned: unknown prompt kind {kind!r}")
             for name in names:
                 if name not in ALL_FAULTS and name.lower() not in NO_FAULT:
@@ -323,7 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
                                              "invalid_request_error", param="messages"))
             return
         prompt_id = headers.get(PROMPT_ID_HEADER.lower())
-        kind = kind_for_prompt_id(prompt_id)
+        kind = kind_for_request(prompt_id, body)
         index, fault = fake._record(body, kind, headers)
         fake._wait_if_held(index)
         with fake._in_flight_of(kind):
@@ -349,7 +355,11 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "timeout":
             fake._sleep(fake.faults.timeout_seconds if fake.faults else 2.0)
         text = prompt_text(messages)
-        content = scripted_content(kind, text)
+        tool_calls: list[dict[str, Any]] = []
+        if kind == GENERIC_KIND:
+            content, tool_calls = generic_reply(body, text)
+        else:
+            content = scripted_content(kind, text)
         if not fake.capabilities.deterministic:
             content = _vary(content, index)
         finish_reason = "stop"
@@ -368,8 +378,9 @@ class _Handler(BaseHTTPRequestHandler):
             "model": body.get("model") or FAKE_MODEL,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": finish_reason,
+                "message": {"role": "assistant", "content": content,
+                            **({"tool_calls": tool_calls} if tool_calls else {})},
+                "finish_reason": "tool_calls" if tool_calls and finish_reason == "stop" else finish_reason,
                 "logprobs": None,
             }],
             "usage": {
@@ -584,7 +595,7 @@ class FakeOpenAI(Instrumentation):
 
     def _choose_fault(self, kind: str, canonical: str, seen: int) -> Optional[str]:
         plan = self.faults
-        if plan is None or kind not in CHAT_KINDS:
+        if plan is None or kind not in FAULTABLE_KINDS:
             return None
         if plan.kinds is not None and kind not in plan.kinds:
             return None

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from common.core import fingerprint
+from common.pipeline import ledger
 from common.report.tables.published import DASH
 from common.report.tables.runs import MAKE_MAIN, Context, MissingRun, RunData, measured, open_run
 from common.report.tables.table import Table, fmt_acc
@@ -34,16 +35,33 @@ def _fingerprint(run: RunData, judge: str) -> str:
     return str(fp or fingerprint.stored(run.dir) or DASH)
 
 
+def _spent(run: RunData) -> dict[str, str]:
+    """LLM calls, tokens and dollars (uncached, at the price file's rates) per question of a run,
+    every stage's calls counted (an outside system's ingestion too, through its markers), and
+    where its numbers come from."""
+    source = "imported" if fingerprint.imported(run.dir) is not None else "measured here"
+    questions = run.dir / "01_questions.jsonl"
+    n = sum(1 for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()) \
+        if questions.exists() else 0
+    if source == "imported" or not n:
+        return {"Calls / q": DASH, "Tokens / q": DASH, "$ / q": DASH, "Source": source}
+    total = ledger.ledger(run.dir)["total"]
+    tokens = total["prompt_tokens"] + total["completion_tokens"]
+    return {"Calls / q": f"{total['calls'] / n:.1f}", "Tokens / q": f"{tokens / n:,.0f}",
+            "$ / q": f"{total['cost_uncached_usd'] / n:.5f}", "Source": source}
+
+
 def systems_table(ctx: Context) -> Table:
     table = Table("systems", "Memory systems: LLM-judge accuracy (%) of every finished run",
                   ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Overall", "Answer model", "Judge",
-                   "Fingerprint (run / judge)", "Protocol"])
+                   "Fingerprint (run / judge)", "Protocol", "Calls / q", "Tokens / q", "$ / q", "Source"])
     notes: list[str] = []
     for benchmark in BENCHMARKS:
         root = ctx.results / benchmark
         for run_dir in sorted(p for p in root.glob("*") if (p / "metrics.json").exists()) if root.exists() else []:
             run = open_run(ctx.results, benchmark, run_dir.name, MAKE_MAIN[benchmark])
             about = _settings(run)
+            spent = _spent(run)
             for judge in run.judge_names():
                 ref = f"S{len(table.rows) + 1}"
                 m = measured(run, judge)
@@ -51,7 +69,8 @@ def systems_table(ctx: Context) -> Table:
                 row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"],
                        "Answer prompt": about["prompt"], "Overall": fmt_acc(m.summary),
                        "Answer model": ident.answer_model, "Judge": ident.judge_model,
-                       "Fingerprint (run / judge)": _fingerprint(run, judge), "Protocol": ident.protocol}
+                       "Fingerprint (run / judge)": _fingerprint(run, judge), "Protocol": ident.protocol,
+                       **spent}
                 table.rows.append(row)
                 table.add_cell(ref, "Overall", row["Overall"], m.source)
                 if run.coverage_warning:
@@ -64,7 +83,9 @@ def systems_table(ctx: Context) -> Table:
     table.notes += [
         "One row per finished run and judge under the results directory, any memory system (method.name). "
         "Each cell is accuracy % [95% CI when metrics.json has one] (k/n), recounted from 01_gold.jsonl + "
-        "08_judge_<judge>.jsonl; failed judgments count as wrong.",
+        "08_judge_<judge>.jsonl; failed judgments count as wrong. Calls, tokens and $ per question: every "
+        "LLM call of the run (ingestion by an outside system included, through the gateway or its "
+        "in-process client) from the ledger, $ uncached at the price file's rates.",
         "Rows are comparable when benchmark, answer model, judge and protocol agree; the run fingerprint also "
         "covers the system's settings and answer prompt. Paired difference, CI and McNemar between any two: "
         "`make compare A=results/<benchmark>/<run> B=results/<benchmark>/<other run>`.",

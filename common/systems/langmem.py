@@ -1,0 +1,199 @@
+"""LangMem (``method.name: langmem``): the ``langmem`` package on an in-memory LangGraph store, every
+LLM and embedding call through the harness's gateway (``common.systems.gateway``).
+
+What LangMem does with a memory, as its documentation uses it for conversation memory
+(``create_memory_store_manager``): each conversation is handed to the store manager, which first
+searches the store for memories related to the conversation (the store's vector index), then asks
+the LLM, with tool calling (trustcall), to insert new memories and update the existing ones it
+was shown; the results are written back to the store. Search is the store manager's ``search``
+(the store's semantic search over the memory's namespace), ``top_k`` (10) memories.
+
+How it is wired here: one ``InMemoryStore`` per memory, its index embedding with
+``OpenAIEmbeddings`` and the manager's model ``ChatOpenAI``, both pointed at the gateway (base URL
+and a per-memory session token, nothing else; SDK retries off: the harness's client retries).
+Each session is one ``invoke``: its turns as user messages ``"<speaker>: <text>"`` after a first
+message giving the session date; the namespace is ``("memories", <memory id>)``. After ingestion
+the store's items are written to ``store.json`` under the memory's state directory with the date
+and turn ids of the session that last wrote each (kept beside the store, never in a prompt), and a
+search rebuilds the store from that file (its embeddings through the gateway again, cached).
+
+Determinism: LangMem and trustcall name new memories and messages with ``uuid4``; memory ids
+appear in later prompts (the existing memories shown to the manager), so random ids would change
+every cache key. Inside an ingestion they are drawn from a sequence seeded by the memory id.
+LangSmith tracing is off.
+"""
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Optional
+
+from common.core.config import Config
+from common.core.schema import Question, Session
+from common.core.tokens import count_tokens
+from common.method.render import MemoryView
+from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, turn_text
+
+DEFAULTS = {"top_k": 10}
+LANGMEM_VERSION = "0.0.30"
+# The store manager's memory instructions and tool schemas (o200k tokens, without the
+# conversation and the existing memories): the dry run's estimate of one extraction call.
+EXTRACTION_PROMPT_TOKENS = 700
+_ids: contextvars.ContextVar[Optional["_Sequence"]] = contextvars.ContextVar("langmem_ids", default=None)
+_lock = threading.Lock()
+
+
+class _Sequence:
+    """uuid4 replacements for one memory's ingestion: the n-th id is a hash of (memory id, n)."""
+
+    def __init__(self, seed: str) -> None:
+        self.seed, self.n, self.lock = seed, 0, threading.Lock()
+
+    def next(self) -> uuid.UUID:
+        with self.lock:
+            self.n += 1
+            n = self.n
+        return uuid.UUID(bytes=hashlib.sha256(f"{self.seed}\x00{n}".encode("utf-8")).digest()[:16], version=4)
+
+
+class _DeterministicUuid:
+    """The ``uuid`` module as LangMem and trustcall see it: ``uuid4`` from the current sequence."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(uuid, name)
+
+    @staticmethod
+    def uuid4() -> uuid.UUID:
+        seq = _ids.get()
+        return seq.next() if seq is not None else uuid.uuid4()
+
+
+def _import_langmem() -> Any:
+    os.environ["LANGSMITH_TRACING"] = "false"
+    os.environ["LANGCHAIN_TRACING_V2"] = "false"
+    import langmem.knowledge.extraction as extraction
+    import trustcall._base as trustcall_base
+
+    with _lock:
+        for module in (extraction, trustcall_base):
+            if not isinstance(module.uuid, _DeterministicUuid):
+                module.uuid = _DeterministicUuid()
+    return extraction
+
+
+def session_messages(session: Session, include_images: bool) -> list[dict[str, str]]:
+    """A session as LangMem's conversation: its date, then every turn as a user message."""
+    out = [{"role": "user", "content": f"(Conversation of {session.date_time or 'an unknown date'})"}]
+    for t in session.turns:
+        out.append({"role": "user", "content": f"{t.speaker}: {turn_text(t, include_images)}"})
+    return out
+
+
+class LangMem(MemorySystem):
+    name = "langmem"
+    stages = PROTOCOL_STAGES
+    role = "memory"
+    uses_gateway = True
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.opts = self.options(DEFAULTS)
+        self.open: dict[str, tuple[Any, dict[str, Any]]] = {}
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.opts, "langmem": LANGMEM_VERSION}
+
+    def _manager(self, base_url: str, api_key: str) -> tuple[Any, Any]:
+        """(store manager, store): a fresh in-memory store whose index embeds through the gateway."""
+        extraction = _import_langmem()
+        from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+        from langgraph.store.memory import InMemoryStore
+
+        model = self.ctx.llm.settings(self.role).model if self.ctx.llm is not None else "harness"
+        chat = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, temperature=0, max_retries=0)
+        embeddings = OpenAIEmbeddings(model="harness", base_url=base_url, api_key=api_key, max_retries=0,
+                                      check_embedding_ctx_length=False)
+        store = InMemoryStore(index={"dims": self.ctx.embedder().dim, "embed": embeddings})
+        manager = extraction.create_memory_store_manager(chat, namespace=("memories", "{langgraph_user_id}"),
+                                                         store=store)
+        return manager, store
+
+    def ingest(self, view: MemoryView, state_dir: Path) -> Spent:
+        spent, started = Spent(), time.perf_counter()
+        gateway = self.ctx.gateway
+        if gateway is None:
+            raise RuntimeError("langmem needs the harness's gateway (ctx.gateway): run it through the pipeline")
+        config = {"configurable": {"langgraph_user_id": view.memory_id}}
+        meta: dict[str, dict[str, Any]] = {}
+        with gateway.session(spent) as session:
+            manager, store = self._manager(session.base_url, session.api_key)
+            token = _ids.set(_Sequence(view.memory_id))
+            try:
+                for s in view.sessions:
+                    try:
+                        puts = manager.invoke({"messages": session_messages(s, self.ctx.include_images)},
+                                              config=config)
+                    except Exception as exc:  # the SDK's error for the gateway's error reply
+                        raise RuntimeError(f"LangMem ingestion of {view.memory_id} {s.session_id} failed: "
+                                           f"{' '.join(str(exc).split())[:300]}") from exc
+                    for put in puts:
+                        meta[put["key"]] = {"timestamp": s.date_time or "", "dia_ids": [t.dia_id for t in s.turns]}
+            finally:
+                _ids.reset(token)
+            items = store.search(("memories", view.memory_id), limit=1_000_000)
+        dump = [{"key": it.key, "value": it.value, **meta.get(it.key, {"timestamp": "", "dia_ids": []})}
+                for it in sorted(items, key=lambda it: it.key)]
+        (state_dir / "store.json").write_text(json.dumps(dump, ensure_ascii=False, indent=1), encoding="utf-8")
+        spent.seconds = round(time.perf_counter() - started, 4)
+        return spent
+
+    def _opened(self, mid: str) -> tuple[Any, dict[str, Any]]:
+        if mid not in self.open:
+            from langgraph.store.base import PutOp
+
+            gateway = self.ctx.gateway
+            manager, store = self._manager(gateway.base_url, gateway.api_key)
+            saved = json.loads((self.ctx.state_dir / mid / "store.json").read_text(encoding="utf-8"))
+            if saved:
+                store.batch([PutOp(("memories", mid), it["key"], it["value"]) for it in saved])
+            self.open[mid] = (manager, {it["key"]: it for it in saved})
+        return self.open[mid]
+
+    def search(self, question: Question, view: MemoryView) -> Found:
+        started = time.perf_counter()
+        manager, saved = self._opened(question.memory_id)
+        k = int(self.opts["top_k"])
+        hits = manager.search(query=question.question, limit=k,
+                              config={"configurable": {"langgraph_user_id": question.memory_id}}) if saved else []
+        evidence = []
+        for h in hits:
+            about = saved.get(h.key, {})
+            evidence.append(Evidence(_memory_text(h.value), list(about.get("dia_ids", [])),
+                                     about.get("timestamp", ""),
+                                     round(float(h.score), 4) if h.score is not None else None, ""))
+        return Found(evidence, Spent(seconds=round(time.perf_counter() - started, 4)), {"top_k": k})
+
+    @classmethod
+    def estimate_ingest(cls, view: MemoryView, cfg: Config) -> Optional[Spent]:
+        # One extraction call per session (trustcall may add a repair call when a reply fails
+        # validation: not counted), showing the session and up to query_limit (5) memories.
+        calls = prompt = 0
+        for s in view.sessions:
+            calls += 1
+            prompt += EXTRACTION_PROMPT_TOKENS + sum(count_tokens(t.text) + 8 for t in s.turns) + 5 * 60
+        return Spent(calls=calls, prompt_tokens=prompt, completion_tokens=calls * 200)
+
+
+def _memory_text(value: Any) -> str:
+    """A memory's text: LangMem's default schema (``Memory``, a pydantic model once the manager has
+    read it back) keeps it as ``content``."""
+    content = value.get("content") if isinstance(value, dict) else getattr(value, "content", value)
+    if isinstance(content, dict):
+        content = content.get("content", json.dumps(content, ensure_ascii=False))
+    return str(content)
