@@ -154,11 +154,11 @@ longmemeval-%:  ## one LongMemEval stage of the graph, e.g. make longmemeval-05_
 	$(PY) -m LongMemEval.$* $(LME_ARGS)
 
 judge2:  ## second judge (Qwen3-32B via an OpenAI-compatible server) on the same answers
-	$(PY) -m LoCoMo.08_judge $(ARGS) --config configs/judge_qwen3_32b.yaml
+	HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LoCoMo.08_judge $(ARGS) --config configs/judge_qwen3_32b.yaml
 	$(PY) -m LoCoMo.09_aggregate $(ARGS)
 
 judge2-longmemeval:  ## second judge (Qwen3-32B) on the same LongMemEval answers
-	$(PY) -m LongMemEval.08_judge $(LME_ARGS) --config configs/judge_qwen3_32b.yaml
+	HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LongMemEval.08_judge $(LME_ARGS) --config configs/judge_qwen3_32b.yaml
 	$(PY) -m LongMemEval.09_aggregate $(LME_ARGS)
 
 # Ablations and baselines: every run named in configs/experiments.yaml (one design choice each).

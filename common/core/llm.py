@@ -53,6 +53,7 @@ from tenacity import (
 from common.core.batch import BatchDeferred, Batcher, BatchOptions, Request
 from common.core.endpoints import BaseUrl, EndpointPool, EndpointSpec, parse_endpoints, split_env
 from common.core.lazy import lazy_module
+from common.core.progress import bar as progress_bar
 
 if TYPE_CHECKING:
     import openai
@@ -630,8 +631,6 @@ class LLMClient:
         With batch roles, items whose calls were queued for a batch (``BatchDeferred``) are run
         again once the batch has answered, until every item has yielded.
         """
-        from common.core.progress import bar as progress_bar
-
         bar = progress_bar(total=len(items), desc=desc, enabled=progress)
         todo = list(items)
         try:

@@ -17,6 +17,7 @@ from typing import Any
 
 from common.core import artifacts
 from common.core.io import write_json
+from common.pipeline.ledger import cost, load_prices
 
 ENV_ID = "HARNESS_INVOCATION"
 ENV_SUMMARY_AT = "HARNESS_SUMMARY_AT"
@@ -30,8 +31,6 @@ def invocation_id() -> str:
 
 def stage_spend(run: Any) -> dict[str, Any]:
     """This process's calls per role: new, cached, failed, paid tokens and their dollars."""
-    from common.pipeline.ledger import cost, load_prices
-
     client = getattr(run, "_client", None)
     if client is None:
         return {}
