@@ -20,6 +20,7 @@ REGISTERED: dict[str, str] = {
     "oracle": "common.systems.builtin:Oracle",
     "mem0": "common.systems.mem0:Mem0",
     "amem": "common.systems.amem:AMem",
+    "graphiti": "common.systems.graphiti:Graphiti",
 }
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import random
 import socket
 import struct
@@ -40,6 +41,8 @@ from tests.fake_openai.batches import FakeBatches, parse_multipart
 from tests.fake_openai.instrumentation import Instrumentation
 from tests.fake_openai.scripted import (
     CHAT_KINDS,
+    GRAPHITI_RERANK_KIND,
+    SCHEMA_CHAT_KINDS,
     EMBEDDING_DIM,
     EMBEDDINGS_KIND,
     FAKE_MODEL,
@@ -49,6 +52,9 @@ from tests.fake_openai.scripted import (
     embed_text,
     kind_for_prompt_id,
     prompt_text,
+    rerank_logprobs,
+    schema_content,
+    schema_kind,
     scripted_content,
 )
 
@@ -107,7 +113,7 @@ class FaultPlan:
         if self.rate > 0 and not self.types:
             raise ValueError("FaultPlan.types must not be empty when rate > 0")
         for kind, names in self.pinned.items():
-            if kind not in CHAT_KINDS:
+            if kind not in CHAT_KINDS | SCHEMA_CHAT_KINDS:
                 raise ValueError(f"FaultPlan.pinned: unknown prompt kind {kind!r}")
             for name in names:
                 if name not in ALL_FAULTS and name.lower() not in NO_FAULT:
@@ -321,6 +327,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         prompt_id = headers.get(PROMPT_ID_HEADER.lower())
         kind = kind_for_prompt_id(prompt_id)
+        if kind == UNKNOWN_KIND and not prompt_id:  # graphiti: no header; its schema's name says
+            kind = schema_kind(body) or kind
         index, fault = fake._record(body, kind, headers)
         fake._wait_if_held(index)
         with fake._in_flight_of(kind):
@@ -346,7 +354,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "timeout":
             fake._sleep(fake.faults.timeout_seconds if fake.faults else 2.0)
         text = prompt_text(messages)
-        content = scripted_content(kind, text)
+        content = schema_content(kind, text) if kind in SCHEMA_CHAT_KINDS else scripted_content(kind, text)
         if not fake.capabilities.deterministic:
             content = _vary(content, index)
         finish_reason = "stop"
@@ -367,7 +375,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "index": 0,
                 "message": {"role": "assistant", "content": content},
                 "finish_reason": finish_reason,
-                "logprobs": None,
+                "logprobs": _logprobs(kind, text) if body.get("logprobs") else None,
             }],
             "usage": {
                 "prompt_tokens": prompt_tokens,
@@ -389,6 +397,15 @@ class _Handler(BaseHTTPRequestHandler):
         fake._reply(index, 200, content)
         self._send_json(200, payload, fake.capabilities.rate_limit_headers or None)
         fake._served(index, started)
+
+
+def _logprobs(kind: str, text: str) -> dict[str, Any]:
+    """``choices[0].logprobs`` of a request asking for them (graphiti's reranker reads the top two)."""
+    token, logprob = rerank_logprobs(text) if kind == GRAPHITI_RERANK_KIND else ("Unknown", 0.0)
+    other = "False" if token == "True" else "True"
+    top = [{"token": token, "logprob": logprob, "bytes": None},
+           {"token": other, "logprob": math.log(max(1e-9, 1 - math.exp(logprob))), "bytes": None}]
+    return {"content": [{"token": token, "logprob": logprob, "bytes": None, "top_logprobs": top}], "refusal": None}
 
 
 def _vary(content: str, n: int) -> str:
@@ -581,7 +598,7 @@ class FakeOpenAI(Instrumentation):
 
     def _choose_fault(self, kind: str, canonical: str, seen: int) -> Optional[str]:
         plan = self.faults
-        if plan is None or kind not in CHAT_KINDS:
+        if plan is None or kind not in CHAT_KINDS | SCHEMA_CHAT_KINDS:
             return None
         if plan.kinds is not None and kind not in plan.kinds:
             return None
