@@ -30,7 +30,7 @@ import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from common.core.config import Config
 from common.core.schema import Question, Session
@@ -107,6 +107,13 @@ def compose_context(edges: list[Any], nodes: list[Any]) -> str:
     facts = [f"  - {e.fact} (event_time: {e.valid_at})" for e in edges]
     entities = [f"  - {n.name}: {n.summary}" for n in nodes]
     return ZEP_CONTEXT_TEMPLATE.format(facts="\n".join(facts), entities="\n".join(entities))
+
+
+def _ranked(items: list[Any], scores: list[float], key: Callable[[Any], tuple[str, str]]) -> list[Any]:
+    """Best first, ties broken by the item's text: Graphiti orders equal scores by its random ids."""
+    if len(scores) != len(items):
+        return sorted(items, key=key)
+    return [item for _, item in sorted(zip(scores, items), key=lambda p: (-p[0], key(p[1])))]
 
 
 class _Counted:
@@ -250,11 +257,12 @@ class Graphiti(MemorySystem):
         async def run() -> tuple[list[Any], list[Any]]:
             engine, client = self._graphiti(self.drivers[mid], spent)
             try:
-                edges = (await engine.search_(question.question, config=edge_config, group_ids=group)).edges
-                nodes = (await engine.search_(question.question, config=node_config, group_ids=group)).nodes
+                found_edges = await engine.search_(question.question, config=edge_config, group_ids=group)
+                found_nodes = await engine.search_(question.question, config=node_config, group_ids=group)
             finally:
                 await client.close()
-            return edges, nodes
+            return (_ranked(found_edges.edges, found_edges.edge_reranker_scores, lambda e: (e.fact, str(e.valid_at))),
+                    _ranked(found_nodes.nodes, found_nodes.node_reranker_scores, lambda n: (n.name, n.summary)))
 
         edges, nodes = asyncio.run(run())
         evidence = [Evidence(e.fact, [], str(e.valid_at or ""), None, "facts") for e in edges]
