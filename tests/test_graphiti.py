@@ -13,8 +13,8 @@ from common.core.config import load_config
 from common.core.schema import Session, from_dict
 from common.pipeline import dryrun, stages
 from common.systems.graphiti import session_date
-from tests.fake_openai import FakeOpenAI
 from tests.conftest import TINY_LOCOMO, block_sockets_except, rows, run_overrides, run_stages
+from tests.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("graphiti_core") is None,
                                 reason="graphiti-core not installed (requirements-systems.txt)")
@@ -86,7 +86,8 @@ def test_sessions_become_dated_episodes_and_questions_get_zeps_context(ingested)
         # A fact's validity date is the date of the session it came from (the fake extraction
         # dates each fact at the episode's reference time; Kuzu keeps it without the UTC offset).
         assert all(f"{e['text']} (event_time: {e['timestamp']}" in text for e in facts)
-        dates = {str(session_date(from_dict(Session, s)).replace(tzinfo=None)) for s in sessions if s["memory_id"] == r["memory_id"]}
+        dates = {str(session_date(from_dict(Session, s)).replace(tzinfo=None))
+                 for s in sessions if s["memory_id"] == r["memory_id"]}
         assert {e["timestamp"] for e in facts} <= dates
     assert len(rows(run.path("answers"))) == len(rows(run.path("questions")))
 
@@ -96,13 +97,19 @@ def test_a_rerun_makes_no_call_and_the_dry_run_counts_the_ingestion(ingested):
     cfg = load_config(["configs/locomo.yaml"], graphiti_sets(ingested.tmp, **{"data.question_limit": 2}))
     est = dryrun.estimate(cfg)
     row = next(s for s in est["stages"] if s["stage"] == "06_retrieve")
-    made = [json.loads(p.read_text())["spent"] for p in (ingested.run.dir / "06_retrieve" / "memory").glob("*/ingested.json")]
+    memory = ingested.run.dir / "06_retrieve" / "memory"
+    made = [json.loads(p.read_text())["spent"] for p in memory.glob("*/ingested.json")]
     assert len(made) == 2 and all(m["calls"] > 0 and m["prompt_tokens"] > 0 for m in made)
     done = sum(m["calls"] for m in made)
     # The estimate assumes one resolution call per fact (none is made when no earlier fact is
     # similar): an upper bound here, of the right order.
     assert row["role"] == "memory" and done <= row["calls"] <= 3 * done
     assert row["already_done"] == done and row["to_make"] == row["calls"] - done
+    # The search's reranker calls: at most twice the edge limit per question, all made already.
+    search = [s for s in est["stages"] if s["stage"] == "06_retrieve"][1]
+    questions = len(rows(ingested.run.path("questions")))
+    reranked = sum(1 for b in ingested.first if b.get("logprobs"))
+    assert search["calls"] == 40 * questions >= reranked and search["already_done"] == search["calls"]
 
 
 def test_graphiti_opens_no_socket_but_the_endpoint(ingested, module_server):
@@ -122,7 +129,23 @@ def test_a_failed_call_fails_the_memory(tmp_path, fake_server, monkeypatch):
     assert not (tmp_path / "results" / "locomo" / "t" / "06_retrieve" / "memory" / "tiny-1" / "ingested.json").exists()
 
 
-def test_without_a_gateway_the_error_says_so(tmp_path, fake_server, monkeypatch):
-    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+def test_without_a_gateway_the_error_says_so(tmp_path):
+    from common.systems.base import Context
+    from common.systems.graphiti import Graphiti
+
+    cfg = load_config(["configs/locomo.yaml"], graphiti_sets(tmp_path))
+    system = Graphiti(Context(cfg, tmp_path, tmp_path / "memory", lambda: None))
     with pytest.raises(RuntimeError, match="graphiti: no gateway"):
-        run_stages("configs/locomo.yaml", graphiti_sets(tmp_path), UP_TO_06)
+        system._endpoint()
+    system.ctx.gateway = SimpleNamespace(base_url="http://127.0.0.1:1/v1", api_key="k")  # type: ignore[attr-defined]
+    assert system._endpoint().base_url == "http://127.0.0.1:1/v1"
+
+
+def test_unknown_reranker_or_limit_is_refused(tmp_path):
+    from common.systems.base import Context
+    from common.systems.graphiti import Graphiti
+
+    for bad, field in (({"edge_reranker": "bm25"}, "edge_reranker"), ({"node_limit": 0}, "node_limit")):
+        cfg = load_config(["configs/locomo.yaml"], graphiti_sets(tmp_path) + [f"method.options={json.dumps(bad)}"])
+        with pytest.raises(ValueError, match=f"method.options.{field}"):
+            Graphiti(Context(cfg, tmp_path, tmp_path / "memory", lambda: None))

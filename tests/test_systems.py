@@ -198,7 +198,8 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
     sent = []
     for label, data in (("clean", TINY_LOCOMO), ("poisoned", poisoned)):
         start = len(fake_server.requests)
-        few = {"data.question_limit": 1} if name == "graphiti" else {}  # every session, 2 questions: its searches are slow
+        # graphiti: one conversation, every session, one question (its search reranks per candidate)
+        few = {"data.question_limit": 1, "data.memories": "[tiny-1]"} if name == "graphiti" else {}
         sets = run_overrides(tmp_path / label, data, **{"method.name": name, **few})
         run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes", "extract", "index", "plan", "retrieve",
                                                  "answer"])

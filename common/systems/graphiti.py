@@ -45,27 +45,30 @@ RERANKERS = ("rrf", "cross_encoder", "mmr")
 # The context template of Zep's LoCoMo search script (getzep/zep-papers,
 # kg_architecture_agent_memory/locomo_eval/zep_locomo_search.py, TEMPLATE), byte-exact: it is
 # their context format, reproduced as published.
-ZEP_CONTEXT_TEMPLATE = """
-FACTS and ENTITIES represent relevant context to the current conversation.
-
-# These are the most relevant facts for the conversation along with the datetime of the event that the fact refers to.
-If a fact mentions something happening a week ago, then the datetime will be the date time of last week and not the datetime
-of when the fact was stated.
-Timestamps in memories represent the actual time the event occurred, not the time the event was mentioned in a message.
-    
-<FACTS>
-{facts}
-</FACTS>
-
-# These are the most relevant entities
-# ENTITY_NAME: entity summary
-<ENTITIES>
-{entities}
-</ENTITIES>
-"""
+ZEP_CONTEXT_TEMPLATE = "\n".join([
+    "",
+    "FACTS and ENTITIES represent relevant context to the current conversation.",
+    "",
+    "# These are the most relevant facts for the conversation along with the datetime of the event that the fact refers to.",  # noqa: E501
+    "If a fact mentions something happening a week ago, then the datetime will be the date time of last week and not the datetime",  # noqa: E501
+    "of when the fact was stated.",
+    "Timestamps in memories represent the actual time the event occurred, not the time the event was mentioned in a message.",  # noqa: E501
+    "    ",
+    "<FACTS>",
+    "{facts}",
+    "</FACTS>",
+    "",
+    "# These are the most relevant entities",
+    "# ENTITY_NAME: entity summary",
+    "<ENTITIES>",
+    "{entities}",
+    "</ENTITIES>",
+    "",
+])
 # Graphiti's prompts per episode, for the dry run (o200k tokens, graphiti-core 0.31.2, without the
 # episode): entity extraction, node resolution, fact extraction, fact resolution (one per fact),
 # entity summaries. Measured from the prompts the fake server received.
+RERANK_PROMPT_TOKENS = 70  # graphiti's reranker prompt without the passage and the query
 CALL_TOKENS = {"entities": 1400, "nodes": 900, "edges": 1900, "edge_dedupe": 700, "summaries": 800}
 FACTS_PER_TURN = 1.0  # assumed facts extracted per turn (each one resolved with one call)
 _FTS_INDEXES = ("CALL CREATE_FTS_INDEX('Episodic', 'episode_content', ['content', 'source', 'source_description']);",
@@ -299,3 +302,12 @@ class Graphiti(MemorySystem):
             completion += 60 * len(s.turns) + 40 * facts + 150
         return Spent(calls=calls, prompt_tokens=prompt, completion_tokens=completion)
 
+    @classmethod
+    def estimate_search(cls, question: Question, cfg: Config) -> Spent:
+        """The reranker's calls for one question: one per candidate (at most twice the limit, as
+        Graphiti's search keeps), each the prompt, a fact (assumed 30 tokens) and the question."""
+        opts = {**DEFAULTS, **cfg.method.options}
+        calls = sum(2 * int(opts[f"{kind}_limit"]) for kind in ("edge", "node")
+                    if opts[f"{kind}_reranker"] == "cross_encoder")
+        return Spent(calls=calls, prompt_tokens=calls * (RERANK_PROMPT_TOKENS + 30 + count_tokens(question.question)),
+                     completion_tokens=calls)

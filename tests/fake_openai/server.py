@@ -41,12 +41,12 @@ from tests.fake_openai.batches import FakeBatches, parse_multipart
 from tests.fake_openai.instrumentation import Instrumentation
 from tests.fake_openai.scripted import (
     CHAT_KINDS,
-    GRAPHITI_RERANK_KIND,
-    SCHEMA_CHAT_KINDS,
     EMBEDDING_DIM,
     EMBEDDINGS_KIND,
     FAKE_MODEL,
+    GRAPHITI_RERANK_KIND,
     PROMPT_ID_HEADER,
+    SCHEMA_CHAT_KINDS,
     UNKNOWN_KIND,
     approx_tokens,
     embed_text,
