@@ -176,11 +176,11 @@ def estimate(cfg: Config) -> dict[str, Any]:
                     f"ingestion calls unknown: {cfg.method.name} declares no estimate_ingest")
             search = getattr(system, "estimate_search", None)  # a system whose search itself calls the LLM
             if search is not None:
-                per = [search(q, cfg) for q in data.questions]
-                calls = sum(x.calls for x in per)
+                searches = [search(q, cfg) for q in data.questions]
+                calls = sum(x.calls for x in searches)
                 rows_done = _existing(run_dir, "retrievals")
-                add(IDS["retrieve"], system.role, calls, sum(x.prompt_tokens for x in per),
-                    sum(x.completion_tokens for x in per), round(calls * rows_done / nq) if nq else 0,
+                add(IDS["retrieve"], system.role, calls, sum(x.prompt_tokens for x in searches),
+                    sum(x.completion_tokens for x in searches), round(calls * rows_done / nq) if nq else 0,
                     f"search calls as estimated by {cfg.method.name} (upper bound per question)")
     per_answer = count_tokens(prompts.load(answer_prompt)) + 40 + buffer
     tin = sum(per_answer + count_tokens(q.question) for q in data.questions)
