@@ -191,26 +191,27 @@ class Graphiti(MemorySystem):
             conn.close()
         return driver
 
-    def _graphiti(self, driver: Any, spent: Spent) -> Any:
+    def _graphiti(self, driver: Any, spent: Spent) -> tuple[Any, list[Any]]:
+        """Graphiti over ``driver`` with its own OpenAI-compatible clients, configured with the
+        gateway's base URL and key only; returns it and the clients to close."""
         from graphiti_core import Graphiti as Engine
         from graphiti_core.cross_encoder.openai_reranker_client import OpenAIRerankerClient
         from graphiti_core.embedder.openai import OpenAIEmbedder, OpenAIEmbedderConfig
         from graphiti_core.llm_client.config import LLMConfig
         from graphiti_core.llm_client.openai_generic_client import OpenAIGenericClient
-        from openai import AsyncOpenAI
 
         gw = self._endpoint()
         model = self.ctx.cfg.role("memory").model
-        client = AsyncOpenAI(base_url=gw.base_url, api_key=gw.api_key, max_retries=0)
-        _Counted(client, spent)
         config = LLMConfig(api_key=gw.api_key, base_url=gw.base_url, model=model, small_model=model, temperature=0.0)
+        llm, reranker = OpenAIGenericClient(config), OpenAIRerankerClient(config)
         # Vectors are kept whole (graphiti truncates them to ``embedding_dim``): the gateway's model decides.
         embedder = OpenAIEmbedder(OpenAIEmbedderConfig(api_key=gw.api_key, base_url=gw.base_url,
                                                        embedding_model=self.ctx.cfg.embedding.model,
-                                                       embedding_dim=1 << 20), client=client)
-        engine = Engine(graph_driver=driver, llm_client=OpenAIGenericClient(config, client=client),
-                        embedder=embedder, cross_encoder=OpenAIRerankerClient(config, client=client))
-        return engine, client
+                                                       embedding_dim=1 << 20))
+        for client in (llm.client, reranker.client):
+            _Counted(client, spent)
+        engine = Engine(graph_driver=driver, llm_client=llm, embedder=embedder, cross_encoder=reranker)
+        return engine, [llm.client, reranker.client, embedder.client]
 
     # ---- the protocol
     def ingest(self, view: MemoryView, state_dir: Path) -> Spent:
@@ -219,7 +220,7 @@ class Graphiti(MemorySystem):
         driver = self._driver(state_dir)
 
         async def run() -> None:
-            engine, client = self._graphiti(driver, spent)
+            engine, clients = self._graphiti(driver, spent)
             try:
                 for s in sessions:
                     try:
@@ -230,7 +231,8 @@ class Graphiti(MemorySystem):
                         raise RuntimeError(f"graphiti ingestion of {view.memory_id} {s.session_id} failed: "
                                            f"{type(exc).__name__}: {str(exc)[:300]}") from exc
             finally:
-                await client.close()
+                for client in clients:
+                    await client.close()
 
         try:
             asyncio.run(run())
@@ -258,12 +260,13 @@ class Graphiti(MemorySystem):
         group = [self.opts["group_id"]]
 
         async def run() -> tuple[list[Any], list[Any]]:
-            engine, client = self._graphiti(self.drivers[mid], spent)
+            engine, clients = self._graphiti(self.drivers[mid], spent)
             try:
                 found_edges = await engine.search_(question.question, config=edge_config, group_ids=group)
                 found_nodes = await engine.search_(question.question, config=node_config, group_ids=group)
             finally:
-                await client.close()
+                for client in clients:
+                    await client.close()
             return (_ranked(found_edges.edges, found_edges.edge_reranker_scores, lambda e: (e.fact, str(e.valid_at))),
                     _ranked(found_nodes.nodes, found_nodes.node_reranker_scores, lambda n: (n.name, n.summary)))
 
