@@ -435,7 +435,8 @@ def build(results: Path, out: Path, *, judge: str = DEFAULT_JUDGE, config: Optio
         candidate = audit_dir() / "errors.json"
         errata = candidate if candidate.exists() else None
     judging = Rejudge(judge, config, overrides, errata, rejudge)
-    rows, notes = [], []
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     for run_dir in find_runs(results):
         source = run_dir / SOURCE_FILE
         if source.exists() and json.loads(source.read_text(encoding="utf-8")).get("judge") == judge:
