@@ -248,8 +248,13 @@ class Graphiti(MemorySystem):
                 "cross_encoder": recipes.EDGE_HYBRID_SEARCH_CROSS_ENCODER}[self.opts["edge_reranker"]]
         node = {"rrf": recipes.NODE_HYBRID_SEARCH_RRF, "mmr": recipes.NODE_HYBRID_SEARCH_MMR,
                 "cross_encoder": recipes.NODE_HYBRID_SEARCH_CROSS_ENCODER}[self.opts["node_reranker"]]
-        return (edge.model_copy(update={"limit": int(self.opts["edge_limit"])}),
-                node.model_copy(update={"limit": int(self.opts["node_limit"])}))
+        edge, node = (edge.model_copy(update={"limit": int(self.opts["edge_limit"])}, deep=True),
+                      node.model_copy(update={"limit": int(self.opts["node_limit"])}, deep=True))
+        # Breadth-first search from the found nodes is left out: on Kuzu it exhausted 20 GB of
+        # memory on one LoCoMo conversation (graphiti-core 0.31.2). BM25 and cosine similarity remain.
+        for part in (edge.edge_config, node.node_config):
+            part.search_methods = [m for m in part.search_methods if m.value != "breadth_first_search"]
+        return edge, node
 
     def search(self, question: Question, view: MemoryView) -> Found:
         started, spent = time.perf_counter(), Spent()
