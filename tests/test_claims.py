@@ -378,3 +378,18 @@ def test_the_claims_row_carries_question_and_conversation_intervals(tmp_path, mo
     md = (tmp_path / "results" / "claims" / "claims.md").read_text()
     assert "95% CI (questions; conversations)" in md
     assert f"q {100 * expected['ci']['low']:.1f}-{100 * expected['ci']['high']:.1f}; cl " in md
+
+
+def test_a_run_a_claim_names_is_paired_with_the_claims_import_on_the_questions_both_labelled():
+    from common.evaluation.labels import MISSING, LabelRecord, RunLabels
+    from common.report.claims import paired
+
+    def labels(pairs):
+        return RunLabels("r", "locomo", "j", ("m",), tuple(LabelRecord(q, "single-hop", v, MISSING if v is None else "")
+                                                           for q, v in pairs))
+
+    ours = labels([("q1", 1), ("q2", 0), ("q3", 1), ("q4", None)])  # q4: not answered here
+    zep = labels([("q1", 1), ("q2", 1), ("q3", 0), ("q4", 1), ("q5", 1)])
+    p = paired(ours, zep)
+    assert (p["n"], p["k"], p["k_claim_run"]) == (3, 2, 2) and p["accuracy"] == p["accuracy_claim_run"] == 2 / 3
+    assert paired(labels([]), zep)["accuracy"] is None

@@ -18,6 +18,7 @@ from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages
 HAVE_MEM0 = importlib.util.find_spec("mem0") is not None
 HAVE_AMEM = importlib.util.find_spec("agentic_memory") is not None
 HAVE_LANGMEM = importlib.util.find_spec("langmem") is not None
+HAVE_GRAPHITI = importlib.util.find_spec("graphiti_core") is not None
 
 
 @pytest.mark.parametrize("system", system_digests.SYSTEMS)
@@ -187,6 +188,12 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
         pytest.skip("a-mem not installed (make install installs requirements-systems.txt)")
     if name == "langmem" and not HAVE_LANGMEM:
         pytest.skip("langmem not installed (make install installs requirements-systems.txt)")
+    if name == "graphiti":
+        if not HAVE_GRAPHITI:
+            pytest.skip("graphiti-core not installed (requirements-systems.txt)")
+        from tests.test_graphiti import with_gateway
+
+        with_gateway(monkeypatch, fake_server.base_url)  # graphiti calls the endpoint it is given
     if name == "docs example":
         name = docs_example(tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
@@ -196,7 +203,9 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
         start = len(fake_server.requests)
         # LangMem: the fake server's embeddings (through the gateway); its model is not the point.
         fast = {"embedding.backend": "openai"} if name == "langmem" else {}
-        sets = run_overrides(tmp_path / label, data, **{"method.name": name, **fast})
+        # graphiti: one conversation, every session, one question (its search reranks per candidate)
+        few = {"data.question_limit": 1, "data.memories": "[tiny-1]"} if name == "graphiti" else {}
+        sets = run_overrides(tmp_path / label, data, **{"method.name": name, **fast, **few})
         run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes", "extract", "index", "plan", "retrieve",
                                                  "answer"])
         # (The embedding backend probes its dimension once per process: not a request of the system.)

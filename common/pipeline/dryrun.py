@@ -180,6 +180,14 @@ def estimate(cfg: Config) -> dict[str, Any]:
             else:  # listed, never silently left out
                 add(IDS["retrieve"], system.role, 0, 0, 0, 0,
                     f"ingestion calls unknown: {cfg.method.name} declares no estimate_ingest")
+            search = getattr(system, "estimate_search", None)  # a system whose search itself calls the LLM
+            if search is not None:
+                searches = [search(q, cfg) for q in data.questions]
+                calls = sum(x.calls for x in searches)
+                rows_done = _existing(run_dir, "retrievals")
+                add(IDS["retrieve"], system.role, calls, sum(x.prompt_tokens for x in searches),
+                    sum(x.completion_tokens for x in searches), round(calls * rows_done / nq) if nq else 0,
+                    f"search calls as estimated by {cfg.method.name} (upper bound per question)")
     per_answer = count_tokens(prompts.load(answer_prompt)) + 40 + buffer
     tin = sum(per_answer + count_tokens(q.question) for q in data.questions)
     # answer.draft: json makes the answer call the JSON draft of role answer_draft (EnSIMem's buffer only).

@@ -434,6 +434,30 @@ def _unimported_lines(missing: list[dict[str, str]]) -> list[str]:
     return ["", f"Claims without a run here ({len(missing)} of configs/claims.yaml), each with the command "
                 "that imports it:", ""] + [
         f"- {m['claim']} ({m['system']}, {m['benchmark']}): `{m['command']}` ({m['where']})" for m in missing]
+def paired(ours: RunLabels, theirs: RunLabels) -> dict[str, Any]:
+    """Two runs on the questions both labelled (a question either lacks is left out of both):
+    the claim's imported run beside a harness run of the same system's engine."""
+    a = {r.qid: r.label for r in ours.records if r.cause != MISSING}
+    b = {r.qid: r.label for r in theirs.records if r.cause != MISSING}
+    shared = sorted(set(a) & set(b))
+    k, k_claim = sum(_strict(a[q]) for q in shared), sum(_strict(b[q]) for q in shared)
+    return {"n": len(shared), "k": k, "k_claim_run": k_claim,
+            "accuracy": k / len(shared) if shared else None,
+            "accuracy_claim_run": k_claim / len(shared) if shared else None}
+
+
+def _pair_with_claim_runs(rows: list[dict[str, Any]], notes: list[str]) -> None:
+    """A harness run a claim names (``runs``) gets a ``paired`` cell per imported run of that claim."""
+    for r in rows:
+        if r["kind"] != "harness" or not r["claim"]:
+            continue
+        for imp in (i for i in rows if i["kind"] == "imported" and (i["claim"] or {}).get("id") == r["claim"]["id"]):
+            p = paired(load_labels(r["run_dir"], r["judge"]), load_labels(imp["run_dir"], imp["judge"]))
+            p["source"] = (f"08_judge_{r['judge']}.jsonl of {r['run']} and 08_judge_{imp['judge']}.jsonl of "
+                           f"{imp['run']}: label == 1 on the {p['n']} questions both labelled")
+            r["cells"].setdefault("paired", {})[imp["run"]] = p
+            notes.append(f"{r['benchmark']}/{r['run']} beside {imp['run']} on the {p['n']} questions both labelled: "
+                         f"{format_percent(p['accuracy'])} vs {format_percent(p['accuracy_claim_run'])}")
 
 
 def build(results: Path, out: Path, *, judge: str = DEFAULT_JUDGE, config: Optional[str] = None,
@@ -445,12 +469,14 @@ def build(results: Path, out: Path, *, judge: str = DEFAULT_JUDGE, config: Optio
         candidate = audit_dir() / "errors.json"
         errata = candidate if candidate.exists() else None
     judging = Rejudge(judge, config, overrides, errata, rejudge)
-    rows, notes = [], []
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
     for run_dir in find_runs(results):
         source = run_dir / SOURCE_FILE
         if source.exists() and json.loads(source.read_text(encoding="utf-8")).get("judge") == judge:
             raise ValueError(f"--judge {judge}: is the name of {run_dir.name}'s published labels; choose another")
         rows.append(claim_row(run_dir, claims, judging, errata))
+    _pair_with_claim_runs(rows, notes)
     for r in rows:
         for n in r["notes"]:
             if n not in notes:

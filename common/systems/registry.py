@@ -21,6 +21,7 @@ REGISTERED: dict[str, str] = {
     "mem0": "common.systems.mem0:Mem0",
     "amem": "common.systems.amem:AMem",
     "langmem": "common.systems.langmem:LangMem",
+    "graphiti": "common.systems.graphiti:Graphiti",
 }
 
 

@@ -644,3 +644,94 @@ def embed_text(text: str, dim: int = EMBEDDING_DIM) -> list[float]:
     vals = [(v / 0xFFFFFFFF) * 2.0 - 1.0 for v in struct.unpack(f"<{dim}I", raw[:4 * dim])]
     norm = math.sqrt(sum(v * v for v in vals)) or 1.0
     return [v / norm for v in vals]
+
+
+# --------------------------------------------------------------------------- graphiti (schema-named replies)
+# Graphiti (graphiti-core 0.31.2, common.systems.graphiti) sends its own prompts through an
+# OpenAI-compatible endpoint, without an X-Prompt-Id header: its structured calls are told apart
+# by ``response_format.json_schema.name`` (the pydantic model's name), its reranker's calls by
+# asking for logprobs. Each reply reads only the prompt text. Its schemas are registered in
+# ``SCHEMA_KINDS`` too, so the same replies serve Graphiti through the gateway (``GENERIC_KIND``).
+GRAPHITI_LINE_RE = re.compile(r"^([A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}): (.+)$", re.MULTILINE)
+GRAPHITI_RERANK_KIND = "graphiti_rerank"
+
+
+def _graphiti_section(text: str, tag: str) -> str:
+    """The text between the last ``<tag>`` and the ``</tag>`` after it."""
+    body = text.rsplit(f"<{tag}>", 1)[-1]
+    return body.split(f"</{tag}>", 1)[0]
+
+
+def _graphiti_lines(text: str, tag: str) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2).strip()) for m in GRAPHITI_LINE_RE.finditer(_graphiti_section(text, tag))]
+
+
+def reply_graphiti_entities(text: str) -> dict:
+    """Entity extraction: the speakers of the current message's ``Speaker: text`` lines."""
+    names = list(dict.fromkeys(name for name, _ in _graphiti_lines(text, "CURRENT MESSAGE")))
+    return {"extracted_entities": [{"name": n, "entity_type_id": 0, "episode_indices": [0]} for n in names]}
+
+
+def reply_graphiti_edges(text: str) -> dict:
+    """Fact extraction: one fact per line of the current message, from its speaker to the next
+    speaker of the episode (or to itself when it speaks alone), the line's words as the fact."""
+    lines = _graphiti_lines(text, "CURRENT_MESSAGE")
+    names = list(dict.fromkeys(n for n, _ in lines))
+    when = _graphiti_section(text, "REFERENCE_TIME").split("#", 1)[0].strip() or None  # dated at the episode's time
+    edges = []
+    for name, said in lines:
+        other = next((n for n in names if n != name), name)
+        edges.append({"source_entity_name": name, "target_entity_name": other, "relation_type": "SAID_TO",
+                      "fact": f"{name} said: {said}", "valid_at": when, "invalid_at": None, "episode_indices": [0]})
+    return {"edges": edges}
+
+
+def reply_graphiti_summaries(text: str) -> dict:
+    """Entity summaries: each entity of the prompt that speaks in it, summarised by its first line."""
+    messages = _graphiti_section(text, "MESSAGES").replace("\\n", "\n").replace('"', "\n")
+    said = dict(reversed(GRAPHITI_LINE_RE.findall(messages)))
+    names = re.findall(r'"name": "([^"]+)"', _graphiti_section(text, "ENTITIES"))
+    return {"summaries": [{"name": n, "summary": f"{n} talked about: {said[n][:120]}"} for n in names if n in said]}
+
+
+GRAPHITI_SCHEMAS: dict[str, Any] = {
+    "ExtractedEntities": reply_graphiti_entities,
+    "NodeResolutions": lambda text: {"entity_resolutions": []},  # no duplicates beyond exact names
+    "ExtractedEdges": reply_graphiti_edges,
+    "EdgeDuplicate": lambda text: {"duplicate_facts": [], "contradicted_facts": []},
+    "EdgeTimestamps": lambda text: {"valid_at": None, "invalid_at": None},
+    "SummarizedEntities": reply_graphiti_summaries,
+}
+SCHEMA_KINDS.update({name: (lambda reply: lambda text, schema: reply(text))(reply)
+                     for name, reply in GRAPHITI_SCHEMAS.items()})
+
+
+def schema_kind(body: dict[str, Any]) -> Optional[str]:
+    """The kind of a chat request without an X-Prompt-Id header: its JSON schema's name when
+    ``GRAPHITI_SCHEMAS`` has it, ``GRAPHITI_RERANK_KIND`` for a logprobs request, else None."""
+    fmt = body.get("response_format") or {}
+    name = (fmt.get("json_schema") or {}).get("name") if isinstance(fmt, dict) else None
+    if name in GRAPHITI_SCHEMAS:
+        return f"schema:{name}"
+    if body.get("logprobs"):
+        return GRAPHITI_RERANK_KIND
+    return None
+
+
+def rerank_logprobs(text: str) -> tuple[str, float]:
+    """The reranker's one-token verdict and its logprob: "True" for a passage sharing a content
+    word with the query, else "False"; the logprob says how many words they share."""
+    passage = {w.lower() for w in content_words(_graphiti_section(text, "PASSAGE"))}
+    query = {w.lower() for w in content_words(_graphiti_section(text, "QUERY"))}
+    shared = len(passage & query)
+    return ("True", math.log(1 - 0.5 / (1 + shared))) if shared else ("False", math.log(0.9))
+
+
+def schema_content(kind: str, text: str) -> str:
+    """The reply of a ``schema_kind`` kind."""
+    if kind == GRAPHITI_RERANK_KIND:
+        return rerank_logprobs(text)[0]
+    return json.dumps(GRAPHITI_SCHEMAS[kind.split(":", 1)[1]](text))
+
+
+SCHEMA_CHAT_KINDS = frozenset({f"schema:{n}" for n in GRAPHITI_SCHEMAS} | {GRAPHITI_RERANK_KIND})

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import random
 import socket
 import struct
@@ -47,7 +48,9 @@ from tests.fake_openai.scripted import (
     FAKE_MODEL,
     FAULTABLE_KINDS,
     GENERIC_KIND,
+    GRAPHITI_RERANK_KIND,
     PROMPT_ID_HEADER,
+    SCHEMA_CHAT_KINDS,
     UNKNOWN_KIND,
     approx_tokens,
     embed_text,
@@ -55,6 +58,9 @@ from tests.fake_openai.scripted import (
     kind_for_prompt_id,
     kind_for_request,
     prompt_text,
+    rerank_logprobs,
+    schema_content,
+    schema_kind,
     scripted_content,
 )
 
@@ -113,7 +119,7 @@ class FaultPlan:
         if self.rate > 0 and not self.types:
             raise ValueError("FaultPlan.types must not be empty when rate > 0")
         for kind, names in self.pinned.items():
-            if kind not in FAULTABLE_KINDS:
+            if kind not in FAULTABLE_KINDS | SCHEMA_CHAT_KINDS:
                 raise ValueError(f"FaultPlan.pinned: unknown prompt kind {kind!r}")
             for name in names:
                 if name not in ALL_FAULTS and name.lower() not in NO_FAULT:
@@ -330,6 +336,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         prompt_id = headers.get(PROMPT_ID_HEADER.lower())
         kind = kind_for_request(prompt_id, body)
+        if kind in (UNKNOWN_KIND, GENERIC_KIND):  # graphiti: its schema's name (or logprobs) says
+            kind = schema_kind(body) or kind
         index, fault = fake._record(body, kind, headers)
         fake._wait_if_held(index)
         with fake._in_flight_of(kind):
@@ -356,7 +364,9 @@ class _Handler(BaseHTTPRequestHandler):
             fake._sleep(fake.faults.timeout_seconds if fake.faults else 2.0)
         text = prompt_text(messages)
         tool_calls: list[dict[str, Any]] = []
-        if kind == GENERIC_KIND:
+        if kind in SCHEMA_CHAT_KINDS:
+            content = schema_content(kind, text)
+        elif kind == GENERIC_KIND:
             content, tool_calls = generic_reply(body, text)
         else:
             content = scripted_content(kind, text)
@@ -381,7 +391,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "message": {"role": "assistant", "content": content,
                             **({"tool_calls": tool_calls} if tool_calls else {})},
                 "finish_reason": "tool_calls" if tool_calls and finish_reason == "stop" else finish_reason,
-                "logprobs": None,
+                "logprobs": _logprobs(kind, text) if body.get("logprobs") else None,
             }],
             "usage": {
                 "prompt_tokens": prompt_tokens,
@@ -403,6 +413,15 @@ class _Handler(BaseHTTPRequestHandler):
         fake._reply(index, 200, content)
         self._send_json(200, payload, fake.capabilities.rate_limit_headers or None)
         fake._served(index, started)
+
+
+def _logprobs(kind: str, text: str) -> dict[str, Any]:
+    """``choices[0].logprobs`` of a request asking for them (graphiti's reranker reads the top two)."""
+    token, logprob = rerank_logprobs(text) if kind == GRAPHITI_RERANK_KIND else ("Unknown", 0.0)
+    other = "False" if token == "True" else "True"
+    top = [{"token": token, "logprob": logprob, "bytes": None},
+           {"token": other, "logprob": math.log(max(1e-9, 1 - math.exp(logprob))), "bytes": None}]
+    return {"content": [{"token": token, "logprob": logprob, "bytes": None, "top_logprobs": top}], "refusal": None}
 
 
 def _vary(content: str, n: int) -> str:
@@ -595,7 +614,7 @@ class FakeOpenAI(Instrumentation):
 
     def _choose_fault(self, kind: str, canonical: str, seen: int) -> Optional[str]:
         plan = self.faults
-        if plan is None or kind not in FAULTABLE_KINDS:
+        if plan is None or kind not in FAULTABLE_KINDS | SCHEMA_CHAT_KINDS:
             return None
         if plan.kinds is not None and kind not in plan.kinds:
             return None
