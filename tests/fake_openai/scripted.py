@@ -702,8 +702,14 @@ GRAPHITI_SCHEMAS: dict[str, Any] = {
     "EdgeTimestamps": lambda text: {"valid_at": None, "invalid_at": None},
     "SummarizedEntities": reply_graphiti_summaries,
 }
-SCHEMA_KINDS.update({name: (lambda reply: lambda text, schema: reply(text))(reply)
-                     for name, reply in GRAPHITI_SCHEMAS.items()})
+
+
+def _text_only(reply: Any) -> Callable[[str, dict[str, Any]], Any]:
+    """A Graphiti reply (prompt text -> instance) in the gateway registry's form (text, schema)."""
+    return lambda text, schema: reply(text)
+
+
+SCHEMA_KINDS.update({name: _text_only(reply) for name, reply in GRAPHITI_SCHEMAS.items()})
 
 
 def schema_kind(body: dict[str, Any]) -> Optional[str]:
