@@ -33,7 +33,9 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          "json_repair",
          # LangMem and its LangChain clients (method.name=langmem only, after tracing is set off),
          # and the gateway's server (requirements-systems.txt: imported when a gateway starts).
-         "langmem", "trustcall", "langchain_openai", "langgraph", "aiohttp"}
+         "langmem", "trustcall", "langchain_openai", "langgraph", "aiohttp",
+         # Graphiti and its embedded graph store (method.name=graphiti only, after telemetry is set off).
+         "graphiti_core", "kuzu"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and
 # must not move with the package layout), each with the ONE layer it may import. They are thin:
 # imports of that layer only, no definitions, nothing imports them.

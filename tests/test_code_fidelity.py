@@ -300,8 +300,8 @@ def test_official_session_ids_reach_only_the_gold_side(tmp_path):
 
     from common.benchmarks.longmemeval import retrieval_gold
     from common.benchmarks.subset import load_selected
+    from common.core import sources
     from common.core.schema import Gold, from_dict
-    from common.evaluation import sources
     from common.pipeline.engine import load_sessions
     from tests.conftest import REPO, rows, run_overrides, run_stages
 

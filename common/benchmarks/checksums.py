@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
+from common.benchmarks.base import DataError
 from common.core.config import REPO_ROOT
 from common.core.io import sha256_file
 
@@ -73,8 +74,6 @@ def check(expected: Official, path: Optional[Path], sha256: Optional[str] = None
 
 def run_dataset(adapter: Any, cfg: Any, sha256: Optional[str]) -> dict[str, Any]:
     """``check`` for a run: the adapter's ``official_sha256`` against its configured data path."""
-    from common.benchmarks.base import DataError
-
     try:
         path: Optional[Path] = adapter.data_path(cfg)
     except DataError:  # moved since 01 ran: the hash 01 recorded still tells

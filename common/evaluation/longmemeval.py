@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from common.benchmarks.longmemeval import QUESTION_TYPES, SHORT_NAMES, official_session_id, retrieval_gold
+from common.core import sources
 from common.core.io import read_jsonl
 from common.core.schema import Gold, Session, from_dict
 from common.core.tabular import describe, format_accuracy, write_table
-from common.evaluation import sources
 from common.evaluation.judge_lme import judge_answer_lme, strict_label
 from common.evaluation.loss import decompose as loss_decomposition
 from common.evaluation.metrics import (

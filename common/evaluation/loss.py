@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from common.benchmarks.registry import adapter
-from common.core import artifacts
+from common.core import artifacts, sources
 from common.core.io import read_jsonl
 from common.core.schema import Gold, from_dict
-from common.evaluation import sources
 from common.evaluation.labels import load_labels, run_benchmark
 
 # In the order a reader scans them: right answers first, then the ways to lose a point.

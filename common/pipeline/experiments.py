@@ -15,6 +15,7 @@ import yaml
 
 from common.benchmarks.subset import Subset, load_subset
 from common.core.config import ConfigError, read_yaml_mapping, resolve_path
+from common.core.io import ArtifactError
 from common.pipeline.graph import BENCHMARKS
 
 DEFAULT_PATH = "configs/experiments.yaml"
@@ -127,3 +128,17 @@ def load(path: str = DEFAULT_PATH) -> Experiments:
             except ConfigError:
                 raise ConfigError(f"{source}: ablations.panels.{panel}: unknown variant {n!r}") from None
     return exp
+
+
+def resolve_run(value: str, benchmark: Optional[str], results: Path) -> Path:
+    """A run directory from a path, or from a run name under ``results/<benchmark>/``."""
+    path = Path(value)
+    if path.is_dir():
+        return path
+    benches = [benchmark] if benchmark else list(MAIN_CONFIGS)
+    found = [results / b / value for b in benches if (results / b / value).is_dir()]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ArtifactError(f"no run {value!r} under {results}/{{{','.join(benches)}}}/")
+    raise ArtifactError(f"run {value!r} exists for several benchmarks; choose one with BENCH={'|'.join(MAIN_CONFIGS)}")

@@ -35,6 +35,7 @@ from common.core import artifacts, fingerprint
 from common.core.io import read_jsonl, sha256_file, write_json, write_jsonl
 from common.core.schema import Gold, from_dict
 from common.pipeline import ledger
+from common.pipeline.experiments import resolve_run
 
 DIR = "export"
 QUESTIONS = "questions.jsonl"
@@ -169,7 +170,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default results)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default <run>/export)")
     a = p.parse_args(argv)
-    from common.report.html import resolve_run
 
     try:
         paths = export_run(resolve_run(a.run, a.benchmark, a.results), a.out)

@@ -47,6 +47,7 @@ import yaml
 
 from common.benchmarks.question_map import Mapping, SourceRow, map_rows
 from common.core.config import REPO_ROOT
+from common.core.io import sha256_file
 from common.core.schema import Gold, Question
 
 MAP_DIR = REPO_ROOT / "configs" / "import_formats"
@@ -262,8 +263,6 @@ def source_files(source: Path) -> list[Path]:
 
 def source_sha256(source: Path) -> str:
     """The sha256 of a file; of a directory or glob: of its files' names and sha256s, in order."""
-    from common.core.io import sha256_file
-
     files = source_files(source)
     if len(files) == 1 and files[0] == source:
         return sha256_file(source)

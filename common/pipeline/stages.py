@@ -20,7 +20,7 @@ from typing import Any, Optional
 from common.benchmarks import checksums
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
-from common.core import artifacts, fingerprint, progress
+from common.core import artifacts, fingerprint, progress, sources
 from common.core.config import to_yaml
 from common.core.io import read_jsonl, write_json, write_jsonl
 from common.core.llm import LLMClient
@@ -36,7 +36,7 @@ from common.core.schema import (
     from_dict,
     to_dict,
 )
-from common.evaluation import audited, scoring, sources
+from common.evaluation import audited, scoring
 from common.evaluation.registry import evaluator
 from common.method import answer as answer_mod
 from common.method import episodes as episodes_mod

@@ -36,7 +36,7 @@ from common.core.schema import Gold, from_dict
 from common.evaluation.labels import load_labels, run_benchmark, run_judges
 from common.evaluation.loss import CLASSES, as_row, decompose, question_losses
 from common.evaluation.metrics import locomo_f1
-from common.pipeline.experiments import MAIN_CONFIGS
+from common.pipeline.experiments import MAIN_CONFIGS, resolve_run
 from common.pipeline.importer import SOURCE_FILE
 from common.report.compare import _pick_judge, compare_runs
 
@@ -345,20 +345,6 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
 
 
 # ----------------------------------------------------------------------------- CLI
-def resolve_run(value: str, benchmark: Optional[str], results: Path) -> Path:
-    """A run directory from a path, or from a run name under ``results/<benchmark>/``."""
-    path = Path(value)
-    if path.is_dir():
-        return path
-    benches = [benchmark] if benchmark else list(MAIN_CONFIGS)
-    found = [results / b / value for b in benches if (results / b / value).is_dir()]
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise ArtifactError(f"no run {value!r} under {results}/{{{','.join(benches)}}}/")
-    raise ArtifactError(f"run {value!r} exists for several benchmarks; choose one with BENCH={'|'.join(MAIN_CONFIGS)}")
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.report.html", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.core import artifacts
+from common.core import artifacts, sources
 from common.core.io import content_digest, read_jsonl
 from common.core.schema import Gold, PlanRow, Question, RetrievalRow, from_dict, to_dict
-from common.evaluation import sources
 from common.method import baselines
 from common.method import bridge as bridge_mod
 from common.method.index import MemoryIndex

@@ -36,7 +36,7 @@ from common.core.config import Config
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
-from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, turn_text
+from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, render, turn_text
 
 GRAPHITI_VERSION = "0.31.2"
 DEFAULTS: dict[str, Any] = {"edge_limit": 20, "node_limit": 20, "edge_reranker": "cross_encoder",
@@ -284,8 +284,6 @@ class Graphiti(MemorySystem):
 
     def row(self, question: Question, view: MemoryView) -> Any:
         """The default row, with Zep's rendered context as the evidence buffer."""
-        from common.systems.base import render
-
         started = time.perf_counter()
         found = self.search(question, view)
         row = render(question, self.name, found, round(time.perf_counter() - started, 4))
