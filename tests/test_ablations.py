@@ -102,8 +102,10 @@ def test_make_ablations_runs_every_variant_reusing_cached_work(tmp_path, fake_se
         assert [q["qid"] for q in rows(d / "01_questions.jsonl")] == TINY_IDS
         resolved = yaml.safe_load((d / "config.resolved.yaml").read_text())
         for key, value in v.set.items():
-            section, field = key.split(".")
-            assert resolved[section][field] == value, (v.name, key)
+            node = resolved  # a key names a section, a field, or a block's field (answer.routes.count)
+            for part in key.split("."):
+                node = node[part]
+            assert node == value, (v.name, key)
         assert f"| {v.name} |" in done.stdout
     # One design choice each: partitioning is paid once (theme variants share it; per-turn and
     # per-session need no LLM), extraction once per distinct (episode set, granularity).
