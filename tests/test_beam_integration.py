@@ -193,3 +193,23 @@ def test_the_beam_run_table_names_the_method_and_run_through_the_shared_helper(r
     hard_coded = [p for p in (REPO / "common").rglob("*.py")
                   if "EnSIMem (this harness" in p.read_text(encoding="utf-8")]
     assert hard_coded == []
+
+
+# ----------------------------------------------------------------------------- 5. the docs' trust check
+def test_the_docs_trust_check_states_defects_switches_audit_and_the_dry_run_count():
+    from common.benchmarks.beam import load_beam
+    from common.core.config import load_config
+
+    text = (REPO / "docs" / "beam.md").read_text(encoding="utf-8")
+    section = " ".join(text.split("## How far to trust a BEAM number", 1)[1].split("\n## ", 1)[0].split())
+    cfg = load_config(["configs/beam.yaml"], [])
+    for switch in ("beam_float_scores", "beam_fill_question"):  # the switches exist in the one config schema
+        assert f"score.{switch}: true" in section and hasattr(cfg.score, switch)
+    assert "int(response['score'])" in section and "`<question>` is never filled" in section
+    assert "No number of the BEAM paper is transcribed" in section and "could not be read from here" in section
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert "`make audit-judge-beam GOLD=results/beam/<run>/01_gold.jsonl`" in section and "\naudit-judge-beam:" in make
+    calls, filled = (beam.judge_calls(load_beam(TIER).gold, fill) for fill in (False, True))
+    assert (f"counts {calls['rubric'] + calls['align_max']:,} judge calls: {calls['rubric']:,} rubric-item calls plus "
+            f"at most {calls['align_max']:,} event-ordering alignment calls "
+            f"({filled['rubric'] + filled['align_max']:,} with `score.beam_fill_question`)") in section
