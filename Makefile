@@ -195,11 +195,11 @@ compare:  ## paired comparison: A=<run dir> [B=<run dir>] [JUDGE=name] [JUDGE_B=
 	@test -n "$(A)" || (echo "set A=results/<benchmark>/<run> and B=... (or JUDGE_B=<name> for two judges of A)"; exit 2)
 	$(PY) -m common.report.compare $(A) $(B) $(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
 
-export:  ## portable per-question file: RUN=<name or dir> [BENCH=locomo|longmemeval] -> <run dir>/export/questions.jsonl|csv, manifest.json
+export:  ## portable per-question file: RUN=<name or dir> [BENCH=locomo|longmemeval|beam] -> <run dir>/export/questions.jsonl|csv, manifest.json
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 2)
 	$(PY) -m common.pipeline.export $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(RESULTS),--results $(RESULTS))
 
-report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeval] [B=<other run>] [JUDGE=name] -> <run dir>/report/index.html
+report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeval|beam] [B=<other run>] [JUDGE=name] -> <run dir>/report/index.html
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval] [B=<other run>]"; exit 2)
 	$(PY) -m common.report.html --run $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(B),--b $(B)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(RESULTS),--results $(RESULTS))
@@ -209,7 +209,7 @@ claims:  ## every published claim and run re-scored -> results/claims/claims.{md
 		$(if $(filter-out configs/locomo.yaml,$(CONFIG)),--config $(CONFIG)) $(foreach s,$(SET),--set $(s)) \
 		$(if $(NO_REJUDGE),--no-rejudge)
 
-import:  ## import another system's per-question file as a run: FILE=<file> RUN=<name> [FORMAT=zep|mem0|hindsight|locomo-audit|longmemeval] [CLAIM=<claims.yaml id>] [BENCH=longmemeval] [SET]
+import:  ## import another system's per-question file as a run: FILE=<file> RUN=<name> [FORMAT=zep|mem0|hindsight|locomo-audit|longmemeval] [CLAIM=<claims.yaml id>] [BENCH=longmemeval|beam] [SET]
 	@test -n "$(FILE)" -a -n "$(RUN)" || (echo "set FILE=<per-question file> RUN=<name> [FORMAT=...] [CLAIM=<claim id>] [BENCH=...]"; exit 2)
 	$(PY) -m common.import_run $(FILE) --run $(RUN) $(if $(FORMAT),--format $(FORMAT)) $(if $(CLAIM),--claim $(CLAIM)) \
 		$(if $(BENCH),--benchmark $(BENCH)) $(foreach s,$(SET),--set $(s))

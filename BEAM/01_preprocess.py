@@ -3,7 +3,8 @@ questions); write one memory per chat, 01_questions.jsonl (question text only) a
 (ability, answer, rubric, source_chat_ids as evidence, the other fields as details).
 
 Reads: the benchmark file (data.path)
-Writes: 01_sessions.jsonl, 01_questions.jsonl, 01_gold.jsonl, config.resolved.yaml, fingerprint.json
+Writes: 01_sessions.jsonl, 01_questions.jsonl, 01_gold.jsonl, 01_session_sources.jsonl, config.resolved.yaml,
+  fingerprint.json
   (and 01_preprocess.manifest.json)
 LLM role: none
 

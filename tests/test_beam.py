@@ -276,8 +276,8 @@ def test_dry_run_counts_one_judge_call_per_rubric_item(tmp_path):
     root = tiny_tier(tmp_path, chats=("1",), groups=1)
     cfg = load_config(["configs/beam.yaml"], run_overrides(tmp_path, root, **{"method.name": "no_memory"}))
     judge = next(s for s in dryrun.estimate(cfg)["stages"] if s["role"] == "judge")
-    gold = beam.load_beam(root).gold
-    items = sum(len(g.rubric) for g in gold)
-    # One call per rubric item, plus the bound on event ordering's alignment calls (R*R per question).
-    align = sum(len(g.rubric) ** 2 for g in gold if g.question_type == "event_ordering")
-    assert items > 20 and judge["calls"] == items + align and f"{items} rubric-item calls" in judge["basis"]
+    golds = beam.load_beam(root).gold
+    items = sum(len(g.rubric) for g in golds)
+    align = sum(len(g.rubric) ** 2 for g in golds if g.question_type == "event_ordering")  # the R*R bound
+    assert judge["calls"] == items + align and items > 20 and align > 0
+    assert f"{items} rubric-item calls + at most {align} event-ordering alignment calls" in judge["basis"]

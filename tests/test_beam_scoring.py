@@ -245,7 +245,7 @@ def test_judge_and_aggregate_through_the_fake_server(fake_server, tmp_path, monk
                                      answer=EO_ANSWER if a == "event_ordering" else f"answer {k} {c}",
                                      model="m", prompt_id="answer_user"))
     cfg = SimpleNamespace(score=SimpleNamespace(beam_float_scores=False, beam_fill_question=True),
-                          run=SimpleNamespace(name="t"))
+                          run=SimpleNamespace(name="t"), method=SimpleNamespace(name="ensimem"))
     client = make_client(fake_server, tmp_path, "judge")
     ev = beam.Beam(beam.options(cfg))
     rows = [ev.judge(client, "j", "judge_beam_rubric", a, g) for a, g in zip(answers, golds)]
@@ -279,7 +279,7 @@ def test_judge_and_aggregate_through_the_fake_server(fake_server, tmp_path, monk
     assert ie["n"] == 2 and ie["n_clusters"] == 2 and ie["ci_cluster"]["n_clusters"] == 2
     assert m["rubric_items_with_half_score"] == len(halves)
     assert m["overall"]["n"] == len(golds)
-    md = ev.write_tables(SimpleNamespace(dir=run_dir), {"run": "t", "judges": {"j": m}})[0].read_text()
+    md = ev.write_tables(SimpleNamespace(dir=run_dir, cfg=cfg), {"run": "t", "judges": {"j": m}})[0].read_text()
     assert "official (int, <question> unfilled)" in md and "both corrected" in md and "(sum " in md
 
 
@@ -343,7 +343,9 @@ def test_beam_table_and_figure_from_a_run(tmp_path, monkeypatch):
     write_jsonl(run_dir / "01_gold.jsonl", [to_dict(g) for g in golds])
     write_jsonl(run_dir / "08_judge_j.jsonl", rows)
     write_jsonl(run_dir / "07_answer.jsonl", [{"qid": g.qid, "model": "gpt-4.1-mini"} for g in golds])
-    handle = SimpleNamespace(cfg=SimpleNamespace(run=SimpleNamespace(name="r1")), dir=run_dir,
+    cfg = SimpleNamespace(run=SimpleNamespace(name="r1"), method=SimpleNamespace(name="ensimem"))
+    handle = SimpleNamespace(cfg=cfg,
+                             dir=run_dir,
                              path=lambda n: run_dir / {"gold": "01_gold.jsonl"}[n],
                              judge_path=lambda j: run_dir / f"08_judge_{j}.jsonl")
     metrics = beam.aggregate(handle, ["j"])

@@ -75,6 +75,12 @@ class FileAdapter:
     # sha256 of the official release (configs/datasets.sha256): one hash, or {file name: hash}
     # for a benchmark released as several files; another file runs but is marked "modified dataset".
     official_sha256: Any = ""
+    official_is_folder = False  # the release is a folder checked file by file (BEAM)
+
+    def official(self, cfg: Any) -> Any:
+        """The official hashes for this run's configuration (``official_sha256`` unless the
+        release has variants, such as BEAM's tiers)."""
+        return self.official_sha256
 
     def data_path(self, cfg: Any) -> Path:
         """``data.path``, else ``$<data.env>``, else the default download location."""

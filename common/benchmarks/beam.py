@@ -92,6 +92,14 @@ def data_files(root: Path) -> list[Path]:
     return [f for d in chat_dirs(root) for f in (chat_file(d), d / QUESTIONS_FILE)]
 
 
+def official_files(tier: str) -> dict[str, str]:
+    """File (relative to the tier folder) -> sha256 of the official release of ``tier``: the list
+    ``make data-beam`` checks its downloads against (``configs/beam_sha256/<tier>.txt``)."""
+    from common.benchmarks import beam_data
+
+    return {rel.removeprefix(f"{tier}/"): sha for sha, rel in beam_data.checksums(tier)}
+
+
 def dataset_sha256(root: Path) -> str:
     """One sha256 over the files read: their paths relative to the tier folder and contents."""
     h = hashlib.sha256()
@@ -242,6 +250,16 @@ class _BeamAdapter(FileAdapter):
     name, label = "beam", "BEAM"
     default_env, make_target = "BEAM_DIR", "data-beam"
     categories: tuple[str, ...] = ABILITIES
+    # The official release, per file under chats/ of the pinned commit (<tier>/<n>/<file>), both tiers.
+    official_sha256 = {f"{tier}/{rel}": sha for tier in TIERS for rel, sha in official_files(tier).items()}
+    official_is_folder = True
+
+    def official(self, cfg: Any) -> dict[str, str]:
+        """The tier's files (``data.tier``), relative to the tier folder as ``data_files`` reads them."""
+        return official_files(cfg.data.tier)
+
+    def data_files(self, path: Path) -> list[Path]:
+        return data_files(path)
 
     def data_path(self, cfg: Any) -> Path:
         """``data.path``, else ``$BEAM_DIR``, else ``data/beam/<data.tier>`` (``make data-beam``)."""

@@ -18,6 +18,7 @@ from common.core.io import sha256_file
 
 FILE = REPO_ROOT / "configs" / "datasets.sha256"
 Official = Union[str, Mapping[str, str]]
+SHOWN = 3  # a folder's differing files named in the warning (the rest counted; all are in ``sha256``)
 
 
 def official(name: str, path: Path = FILE) -> str:
@@ -35,26 +36,43 @@ def official(name: str, path: Path = FILE) -> str:
     return table[name]
 
 
-def check(expected: Official, path: Optional[Path], sha256: Optional[str] = None) -> dict[str, Any]:
+def check(expected: Official, path: Optional[Path], sha256: Optional[str] = None, *, folder: bool = False,
+          read: Optional[list[str]] = None) -> dict[str, Any]:
     """``{status: official|modified|unknown, path, sha256, official_sha256[, warning]}``.
 
     ``sha256`` is the file's hash when the caller already has it (the run's fingerprint);
-    otherwise it is read from ``path``. A directory is compared file by file.
+    otherwise it is read from ``path``. A directory is compared file by file; ``read`` (the
+    files the adapter reads, relative to it) makes a file the release does not have a
+    difference too. ``folder``: the release is a folder (BEAM), so without the folder the
+    one hash of the fingerprint cannot be compared (``unknown``).
     """
     out: dict[str, Any] = {"path": str(path) if path is not None else None}
     if not expected:
         return out | {"status": "unknown", "sha256": sha256, "official_sha256": None,
                       "note": "this benchmark names no official checksum"}
+    if folder and (path is None or not path.is_dir()):
+        return out | {"status": "unknown", "sha256": sha256, "official_sha256": None,
+                      "note": "the data folder is not at its configured path: its files cannot be compared "
+                              "with the official release's"}
     if path is not None and path.is_dir():
         files = dict(expected) if isinstance(expected, Mapping) else {}
         got = {name: sha256_file(path / name) if (path / name).is_file() else None for name in files}
-        differ = sorted(name for name in files if got[name] != files[name])
+        changed = sorted(name for name in files if got[name] is not None and got[name] != files[name])
+        missing = sorted(name for name in files if got[name] is None)
+        extra = sorted(name for name in read or [] if name not in files)
         out |= {"sha256": got, "official_sha256": files}
-        if not differ:
+        if not changed and not missing and not extra:
             return out | {"status": "official"}
-        return out | {"status": "modified", "warning": "MODIFIED DATASET: " + "; ".join(
-            f"{name} sha256 {got[name] or 'missing'} differs from the official release's {files[name]}"
-            for name in differ)}
+        parts = [f"{name} sha256 {got[name]} differs from the official release's {files[name]}"
+                 for name in changed[:SHOWN]]
+        parts += [f"{len(changed) - SHOWN} more files differ"] if len(changed) > SHOWN else []
+        parts += [f"{name} sha256 {sha256_file(path / name)} is not in the official release"
+                  for name in extra[:SHOWN]]
+        parts += [f"{len(extra) - SHOWN} more files are not in it"] if len(extra) > SHOWN else []
+        if missing:  # a part of the release (fewer chats): counted, the first named
+            parts.append(f"{len(missing)} of the official release's {len(files)} files missing (first: "
+                         f"{missing[0]}, sha256 {files[missing[0]]})")
+        return out | {"status": "modified", "warning": "MODIFIED DATASET: " + "; ".join(parts)}
     if sha256 is None:
         sha256 = sha256_file(path) if path is not None and path.is_file() else None
     if isinstance(expected, str):
@@ -73,10 +91,18 @@ def check(expected: Official, path: Optional[Path], sha256: Optional[str] = None
 
 
 def run_dataset(adapter: Any, cfg: Any, sha256: Optional[str]) -> dict[str, Any]:
-    """``check`` for a run: the adapter's ``official_sha256`` against its configured data path."""
+    """``check`` for a run: the adapter's official hashes (``official(cfg)``, else its
+    ``official_sha256``) against its configured data path."""
     try:
         path: Optional[Path] = adapter.data_path(cfg)
     except DataError:  # moved since 01 ran: the hash 01 recorded still tells
         path = None
-    return check(getattr(adapter, "official_sha256", ""), path, None if path is not None and path.is_dir()
-                 else sha256)
+    expected = adapter.official(cfg) if hasattr(adapter, "official") else getattr(adapter, "official_sha256", "")
+    folder = bool(getattr(adapter, "official_is_folder", False))
+    read = None
+    if folder and path is not None and path.is_dir() and hasattr(adapter, "data_files"):
+        try:
+            read = [f.relative_to(path).as_posix() for f in adapter.data_files(path)]
+        except DataError:  # a folder the adapter cannot read: the file-by-file check still tells
+            read = None
+    return check(expected, path, None if path is not None and path.is_dir() else sha256, folder=folder, read=read)

@@ -10,7 +10,10 @@ episode_ids, buffer_tokens, calls, paid_calls, cost_usd``
 
 ``label`` is 1/0/null (null: the judgment failed, counted wrong in the strict accuracy);
 ``labels`` holds every repeat run of the judge (``judge.runs``; ``label`` is their majority) and
-``score`` a numeric grade in [0, 1] for judges that give one (a rubric), else null. ``calls``,
+``score`` a numeric grade in [0, 1] for judges that give one (a rubric), else null. A rubric
+judge (BEAM) also carries ``scores``: the question's score under each scoring variant
+(``official``, ``float``, ``filled``, ``corrected``; null when not computed) and the
+``headline`` one, which ``score`` repeats; the CSV has them as ``judge.<judge>.score_<variant>``. ``calls``,
 ``paid_calls`` and ``cost_usd`` (uncached price, ``configs/prices.yaml``) count the calls made
 for this question (05-08); memory building (02-04, ingestion) is per memory, in ``ledger.json``.
 The CSV holds the same columns flat (``judge.<judge>.label`` ...; lists joined by ``;``).
@@ -47,6 +50,8 @@ FIXED = ("qid", "benchmark", "memory_id", "category", "scored", "question", "que
          "answer_error")
 TAIL = ("evidence_ids", "episode_ids", "buffer_tokens", "calls", "paid_calls", "cost_usd")
 JUDGE_FIELDS = ("label", "labels", "score", "judge_model", "error")
+# A rubric judge's per-question scores (common.evaluation.beam.VARIANTS): exported beside the label.
+SCORE_VARIANTS = ("official", "float", "filled", "corrected")
 
 
 def _by_qid(path: Path) -> dict[str, dict[str, Any]]:
@@ -84,10 +89,7 @@ def question_rows(run_dir: Path) -> list[dict[str, Any]]:
             "question": q["question"], "question_date": q.get("question_date"),
             "gold": g.answer if g is not None else None,
             "answer": ans.get("answer"), "answer_error": ans.get("error") or "",
-            "judges": {name: {"label": r[qid].get("label"), "labels": r[qid].get("labels") or [],
-                              "score": r[qid].get("score"), "judge_model": r[qid].get("judge_model"),
-                              "error": r[qid].get("error") or ""}
-                       for name, r in judges.items() if qid in r},
+            "judges": {name: _judge_block(r[qid]) for name, r in judges.items() if qid in r},
             "evidence_ids": ret.get("dia_ids") or [], "episode_ids": ret.get("episode_ids") or [],
             "buffer_tokens": ret.get("buffer_tokens"),
             "calls": len(calls), "paid_calls": sum(1 for c in calls if not c.get("cached")),
@@ -97,7 +99,20 @@ def question_rows(run_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _flat(row: dict[str, Any], judges: list[str]) -> dict[str, Any]:
+def _judge_block(r: dict[str, Any]) -> dict[str, Any]:
+    """One judge's cell of a row. A rubric judge (BEAM) adds ``scores``: the question's score under
+    each scoring variant computed (``official``, ``float``, ``filled``, ``corrected``, the others
+    null) and ``headline``; its ``score`` is the headline variant's."""
+    block = {"label": r.get("label"), "labels": r.get("labels") or [], "score": r.get("score"),
+             "judge_model": r.get("judge_model"), "error": r.get("error") or ""}
+    scores = r.get("scores") or {}
+    if scores:
+        block["scores"] = {v: scores.get(v) for v in SCORE_VARIANTS} | {"headline": scores.get("headline")}
+        block["score"] = scores.get(scores.get("headline") or "official")
+    return block
+
+
+def _flat(row: dict[str, Any], judges: list[str], scored: set[str]) -> dict[str, Any]:
     def cell(v: Any) -> Any:
         return ";".join(str(x) for x in v) if isinstance(v, list) else "" if v is None else v
 
@@ -105,6 +120,8 @@ def _flat(row: dict[str, Any], judges: list[str]) -> dict[str, Any]:
     for j in judges:
         block = row["judges"].get(j, {})
         flat |= {f"judge.{j}.{f}": cell(block.get(f)) for f in JUDGE_FIELDS}
+        if j in scored:
+            flat |= {f"judge.{j}.score_{v}": cell((block.get("scores") or {}).get(v)) for v in SCORE_VARIANTS}
     return flat | {k: cell(row[k]) for k in TAIL}
 
 
@@ -116,7 +133,9 @@ def manifest(run_dir: Path, rows: list[dict[str, Any]], files: list[Path]) -> di
     benchmark = str(comps["benchmark"])
     dataset = metrics.get("dataset")
     if dataset is None:  # exported before 09 ran: compare the hash 01 recorded
-        dataset = checksums.check(getattr(adapter(benchmark), "official_sha256", ""), None, comps["dataset_sha256"])
+        data = adapter(benchmark)
+        dataset = checksums.check(getattr(data, "official_sha256", ""), None, comps["dataset_sha256"],
+                                  folder=bool(getattr(data, "official_is_folder", False)))
     judges = sorted({j for r in rows for j in r["judges"]})
     imported = comps.get("imported")
     if imported:
@@ -152,12 +171,13 @@ def export_run(run_dir: Path, out_dir: Optional[Path] = None) -> dict[str, Path]
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = question_rows(run_dir)
     judges = sorted({j for r in rows for j in r["judges"]})
+    scored = {j for r in rows for j, b in r["judges"].items() if "scores" in b}
     jsonl, table = out_dir / QUESTIONS, out_dir / CSV
     write_jsonl(jsonl, rows)
     with table.open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(_flat(rows[0], judges)) if rows else list(FIXED + TAIL))
+        writer = csv.DictWriter(fh, fieldnames=list(_flat(rows[0], judges, scored)) if rows else list(FIXED + TAIL))
         writer.writeheader()
-        writer.writerows(_flat(r, judges) for r in rows)
+        writer.writerows(_flat(r, judges, scored) for r in rows)
     write_json(out_dir / MANIFEST, manifest(run_dir, rows, [jsonl, table]))
     return {"questions": jsonl, "csv": table, "manifest": out_dir / MANIFEST}
 
@@ -165,7 +185,7 @@ def export_run(run_dir: Path, out_dir: Optional[Path] = None) -> dict[str, Path]
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m common.pipeline.export", description=(__doc__ or "").split("\n")[0])
     p.add_argument("run", help="a run directory, or a run name under results/<benchmark>/")
-    p.add_argument("--benchmark", choices=("locomo", "longmemeval"), default=None,
+    p.add_argument("--benchmark", choices=("locomo", "longmemeval", "beam"), default=None,
                    help="where to look for a run name (default: whichever has it)")
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default results)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default <run>/export)")

@@ -42,6 +42,7 @@ import json
 import re
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -229,6 +230,7 @@ def _export_rows(source: Path, exported: dict[str, Any], every: list[dict[str, A
     out: list[tuple[str, str, Optional[str], list[Optional[int]]]] = []
     answer_errors: dict[str, str] = {}
     others: dict[str, dict[str, tuple[list[Optional[int]], str, str]]] = {}
+    scores: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # judge -> qid -> scores
     seen: set[str] = set()
     for n, row in enumerate(exported["rows"], 1):
         where = f"line {n}"
@@ -258,6 +260,8 @@ def _export_rows(source: Path, exported: dict[str, Any], every: list[dict[str, A
             if label is None and not error:
                 error = f"judge_api_error: exported row {where} has no label"
             labels_of[name] = (list(runs) or [label], error, str(block.get("judge_model") or "not stated"))
+            if block.get("scores") is not None:  # a rubric judge's fractional scores (BEAM), kept as they are
+                scores[name][qid] = _export_scores(source, f"{where}.judges.{name}.scores", block["scores"])
         answer = row.get("answer")
         if answer is not None and not isinstance(answer, str):
             raise _fail(source, f"{where}.answer", f"expected a string or null, got {answer!r}")
@@ -274,7 +278,24 @@ def _export_rows(source: Path, exported: dict[str, Any], every: list[dict[str, A
         for name, value in labels_of.items():
             others.setdefault(name, {})[qid] = value
         out.append((qid, text[qid], answer, labels))
+    exported["scores"] = dict(scores)
     return out, answer_errors, others
+
+
+def _export_scores(source: Path, where: str, value: Any) -> dict[str, Any]:
+    """An exported rubric judge's ``scores`` ({variant: number in [0, 1] or null, headline}) as
+    ``JudgeRow.scores`` holds them (``common.evaluation.beam``)."""
+    if not isinstance(value, dict):
+        raise _fail(source, where, f"expected an object of scoring variant: score, got {value!r}")
+    for v in export.SCORE_VARIANTS:
+        x = value.get(v)
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1):
+            raise _fail(source, f"{where}.{v}", f"expected a number in [0, 1] or null, got {x!r}")
+    headline = value.get("headline")
+    if headline not in (None, *export.SCORE_VARIANTS):
+        raise _fail(source, f"{where}.headline",
+                    f"expected one of {', '.join(export.SCORE_VARIANTS)}, got {headline!r}")
+    return {v: value.get(v) for v in export.SCORE_VARIANTS} | ({"headline": headline} if headline else {})
 
 
 SOURCE_FILE = "source.json"  # in the run directory: where the rows came from, the claim, unmapped rows
@@ -424,9 +445,11 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
                          else errors.get(qid, "").removeprefix("no_answer: ") if qid in errors and a is None
                          else "" if a else "empty_answer: published answer is empty")
                for qid, q, a, _ in rows]
+    scores_of = (exported or {}).get("scores") or {}
     judged = [JudgeRow(qid=qid, judge=judge, judge_model=judge_model, prompt_id=judge_prompt_id,
                        label=labels[0] if len(labels) == 1 else majority(labels), parse_ok=qid not in errors,
-                       labels=labels if len(labels) > 1 else [], error=errors.get(qid, ""))
+                       labels=labels if len(labels) > 1 else [], error=errors.get(qid, ""),
+                       scores=scores_of.get(judge or "", {}).get(qid) or {})
               for qid, _, _, labels in rows]
     # One stage order for answers and labels: the benchmark's question order.
     order = {q["qid"]: i for i, q in enumerate(questions)}
@@ -483,7 +506,8 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     for other, by_qid in more_judges.items():
         extra = [JudgeRow(qid=qid, judge=other, judge_model=model, prompt_id=judge_prompt_id,
                           label=labels[0] if len(labels) == 1 else majority(labels), parse_ok=not error,
-                          labels=labels if len(labels) > 1 else [], error=error)
+                          labels=labels if len(labels) > 1 else [], error=error,
+                          scores=scores_of.get(other, {}).get(qid) or {})
                  for qid, (labels, error, model) in by_qid.items() if qid in selected_rows]
         extra.sort(key=lambda r: order[r.qid])
         write_jsonl(run.judge_path(other), (to_dict(r) for r in extra))
@@ -561,7 +585,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         f"(configs/import_formats/*.yaml show the keys)")
     p.add_argument("--labels", type=Path, default=None,
                    help="a second file holding the labels by question id (a field map's labels: section)")
-    p.add_argument("--benchmark", choices=("locomo", "longmemeval"), default=None,
+    p.add_argument("--benchmark", choices=("locomo", "longmemeval", "beam"), default=None,
                    help="default locomo (longmemeval for --format longmemeval)")
     p.add_argument("--claim", default=None, help="the configs/claims.yaml entry this file backs")
     p.add_argument("--repository", default=None, help="owner/name the file was read from (default: the claim's)")

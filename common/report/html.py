@@ -151,7 +151,27 @@ def _judge_view(rows: Rows, qid: str) -> Optional[dict[str, Any]]:
     if row is None:
         return None
     return {**{k: row.get(k) for k in ("label", "raw", "parse_ok", "judge_model", "prompt_id", "error")},
-            "where": rows.where(qid)}
+            "where": rows.where(qid), "rubric": _rubric_view(row.get("scores"))}
+
+
+def _rubric_view(scores: Any) -> Optional[dict[str, Any]]:
+    """A rubric judge's per-item verdicts (BEAM, ``common.evaluation.beam``): each item with its
+    score under the official ``int`` rule and the float one, the reason, the question's scores of
+    every variant computed and the event-ordering ``tau_norm``; None for a label-only judge."""
+    if not isinstance(scores, dict) or not isinstance(scores.get("items"), list):
+        return None
+
+    def items(key: str) -> Optional[list[dict[str, Any]]]:
+        rows = scores.get(key)
+        return None if not isinstance(rows, list) else [
+            {k: i.get(k) for k in ("item", "score", "int", "float", "reason")} for i in rows if isinstance(i, dict)]
+
+    ordering = scores.get("ordering") if isinstance(scores.get("ordering"), dict) else None
+    return {"items": items("items"), "filled_items": items("filled_items"), "headline": scores.get("headline"),
+            "variants": {v: scores.get(v) for v in ("official", "float", "filled", "corrected")
+                         if scores.get(v) is not None},
+            "ordering": None if ordering is None else {k: ordering.get(k) for k in (
+                "tau_norm", "tau_undefined", "precision", "recall", "f1")}}
 
 
 def question_data(run_dir: Path, judge: str, corrected: Optional[Corrected] = None) -> dict[str, Any]:
@@ -233,8 +253,22 @@ def question_data(run_dir: Path, judge: str, corrected: Optional[Corrected] = No
     return {"benchmark": benchmark, "questions": listed, "details": details, "blocks": blocks.texts}
 
 
+def _score_cell(name: str, score: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """A rubric-scored group (BEAM) in the accuracy table's shape: score, sum/n, cluster CI."""
+    return {"name": name, "accuracy": score, "k": summary.get("sum"), "n": summary.get("n"),
+            "ci": summary.get("ci_cluster") or summary.get("ci"), "n_failed": summary.get("n_failed"),
+            "accuracy_clean": None}
+
+
 def _accuracy_cells(metrics: dict[str, Any], judge: str, benchmark: str) -> list[dict[str, Any]]:
     block = metrics.get("judges", {}).get(judge, {})
+    if "variants" in block:  # BEAM: the headline scoring variant, per ability (common.evaluation.beam)
+        head = block["variants"].get(block.get("headline") or "official") or {}
+        cells = [_score_cell(a, (head.get("by_ability") or {})[a].get("score"), head["by_ability"][a])
+                 for a in adapter(benchmark).categories if a in (head.get("by_ability") or {})]
+        if head.get("questions"):
+            cells.append(_score_cell("overall", head.get("overall"), head["questions"]))
+        return cells
     groups = block.get("by_category") or block.get("by_type") or {}
     cells = [{"name": c, **groups[c]} for c in adapter(benchmark).categories if c in groups]
     if block.get("overall"):
@@ -324,8 +358,12 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
         "run": metrics.get("run") or run_dir.name, "run_dir": str(run_dir), "benchmark": benchmark,
         "method": (metrics.get("method") or {}).get("label") or "method not recorded (aggregate the run again)",
         "judge": chosen, "judges": judges, "judge_model": judge_block.get("judge_model"),
-        "category_label": "Category" if benchmark == "locomo" else "Question type",
+        "category_label": {"locomo": "Category", "beam": "Ability"}.get(benchmark, "Question type"),
         "classes": list(CLASSES), "colors": CHART_COLORS,
+        "accuracy_heading": ("Score (ability; headline scoring {}; k = sum of question scores; failures count 0)"
+                             .format(judge_block.get("headline")) if "variants" in judge_block else
+                             "Accuracy ({}; failed judgments count as wrong)".format(
+                                 {"locomo": "category"}.get(benchmark, "question type"))),
     }
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)

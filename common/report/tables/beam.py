@@ -79,7 +79,8 @@ def beam_table(ctx: Context) -> Table:
                 if "by_ability" not in block:
                     continue
                 ref = f"{run.name}/{j}/{v}"
-                row = {"Ref": ref, "Method": f"{run.name} (answers {run.answer_model()})", "Run": run.name,
+                label = (run.metrics.get("method") or {}).get("label") or run.name  # 09's method_label
+                row = {"Ref": ref, "Method": f"{label} (answers {run.answer_model()})", "Run": run.name,
                        "Judge": run.judge_model(j),
                        "Scoring": beam.VARIANT_LABELS[v] + (" (headline)" if v == m.get("headline") else "")}
                 for a in beam.ABILITIES:
@@ -90,6 +91,9 @@ def beam_table(ctx: Context) -> Table:
                 o = block.get("overall")
                 row["Overall"] = "n/a" if o is None else f"{100 * o:.1f}"
                 table.rows.append(row)
+        for note in (run.coverage_warning, run.dataset_warning):
+            if note:
+                table.notes.append(f"{run.name}: {note}")
     if not runs:
         table.notes.append(f"No BEAM run under {ctx.results / 'beam'} yet: create one with `{MAKE_BEAM}`.")
     table.notes += [

@@ -213,6 +213,24 @@ function bufferSection(d) {
     `<pre class="buffer" id="buffer-text">${lines.join("\n") || '<span class="muted">(empty buffer)</span>'}</pre></section>`;
 }
 
+function rubricTable(items, caption) {
+  const rows = items.map(i => `<tr class="rubric-item"><td>${esc(i.item)}</td><td>${esc(String(i.score))}</td>` +
+    `<td>${num(i.int, 0)}</td><td>${num(i.float, 1)}</td><td class="rubric-reason">${esc(i.reason || "")}</td></tr>`).join("");
+  return `<table class="rubric"><caption>${esc(caption)}</caption><tr><th>rubric item</th><th>judge score</th>` +
+    `<th>official int()</th><th>float</th><th>reason</th></tr>${rows}</table>`;
+}
+
+function rubricSection(rb) {
+  if (!rb) return "";
+  const v = Object.entries(rb.variants).map(([k, x]) => `${esc(k)} ${num(x, 3)}${k === rb.headline ? " (headline)" : ""}`);
+  const o = rb.ordering;
+  const tau = o ? `<p class="rubric-tau">event ordering: tau_norm ${o.tau_undefined ? "undefined (scored 0)" : num(o.tau_norm, 3)}; ` +
+    `precision ${num(o.precision, 3)}, recall ${num(o.recall, 3)}, F1 ${num(o.f1, 3)}</p>` : "";
+  return `<p class="rubric-scores">question scores: ${v.join("; ") || "none"}</p>` + tau +
+    (rb.items ? rubricTable(rb.items, "<question> unfilled (official)") : "") +
+    (rb.filled_items ? rubricTable(rb.filled_items, "<question> filled (corrected)") : "");
+}
+
 function openQuestion(qid) {
   const q = BY_QID.get(qid), d = D.details[qid];
   if (!q || !d) return;
@@ -221,7 +239,7 @@ function openQuestion(qid) {
     ? `<div class="judge" data-judge="${esc(j)}"><b>${esc(j)}</b>: <span class="muted">no judge row${q.scored ? " (missing_judgment)" : " (not scored)"}</span></div>`
     : `<div class="judge" data-judge="${esc(j)}"><b>${esc(j)}</b> (${esc(r.judge_model)}, prompt ${esc(r.prompt_id)}): label ` +
       `<b class="judge-label">${r.label === null ? "failed" : r.label}</b>${r.error ? ` <span class="warn">${esc(r.error)}</span>` : ""}` +
-      `<pre class="raw judge-raw">${esc(r.raw)}</pre>${link(r.where)}</div>`).join("");
+      rubricSection(r.rubric) + `<pre class="raw judge-raw">${esc(r.raw)}</pre>${link(r.where)}</div>`).join("");
   const read = new Set(d.retrieval ? d.retrieval.dia_ids : []);
   const goldTurns = (g.turns || []).map(t => {
     const m = /^\[([^\]]+)\]/.exec(t);
