@@ -252,8 +252,10 @@ class Graphiti(MemorySystem):
                       node.model_copy(update={"limit": int(self.opts["node_limit"])}, deep=True))
         # Breadth-first search from the found nodes is left out: on Kuzu it exhausted 20 GB of
         # memory on one LoCoMo conversation (graphiti-core 0.31.2). BM25 and cosine similarity remain.
-        for part in (edge.edge_config, node.node_config):
-            part.search_methods = [m for m in part.search_methods if m.value != "breadth_first_search"]
+        edges, nodes = edge.edge_config, node.node_config
+        assert edges is not None and nodes is not None  # both recipes configure their part
+        edges.search_methods = [m for m in edges.search_methods if m.value != "breadth_first_search"]
+        nodes.search_methods = [m for m in nodes.search_methods if m.value != "breadth_first_search"]
         return edge, node
 
     def search(self, question: Question, view: MemoryView) -> Found:

@@ -81,7 +81,8 @@ def _import_langmem() -> Any:
     import trustcall._base as trustcall_base
 
     with _lock:
-        for module in (extraction, trustcall_base):
+        modules: tuple[Any, ...] = (extraction, trustcall_base)
+        for module in modules:
             if not isinstance(module.uuid, _DeterministicUuid):
                 module.uuid = _DeterministicUuid()
     return extraction
@@ -114,10 +115,11 @@ class LangMem(MemorySystem):
         extraction = _import_langmem()
         from langchain_openai import ChatOpenAI, OpenAIEmbeddings
         from langgraph.store.memory import InMemoryStore
+        from pydantic import SecretStr
 
         model = self.ctx.llm.settings(self.role).model if self.ctx.llm is not None else "harness"
-        chat = ChatOpenAI(model=model, base_url=base_url, api_key=api_key, temperature=0, max_retries=0)
-        embeddings = OpenAIEmbeddings(model="harness", base_url=base_url, api_key=api_key, max_retries=0,
+        chat = ChatOpenAI(model=model, base_url=base_url, api_key=SecretStr(api_key), temperature=0, max_retries=0)
+        embeddings = OpenAIEmbeddings(model="harness", base_url=base_url, api_key=SecretStr(api_key), max_retries=0,
                                       check_embedding_ctx_length=False)
         store = InMemoryStore(index={"dims": self.ctx.embedder().dim, "embed": embeddings})
         manager = extraction.create_memory_store_manager(chat, namespace=("memories", "{langgraph_user_id}"),
