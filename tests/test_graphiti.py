@@ -59,12 +59,12 @@ def ingested(tmp_path_factory, module_server):
     attempts, ports = through_the_gateway(mp, fake_server.base_url)
     try:
         start = len(fake_server.requests)
-        run = run_stages("configs/locomo.yaml", graphiti_sets(tmp, **{"data.question_limit": 2}), UP_TO_06 + ["answer"])
+        run = run_stages("configs/locomo.yaml", graphiti_sets(tmp, **{"data.question_limit": 1}), UP_TO_06 + ["answer"])
         first = fake_server.requests[start:]
         first_ids = [h.get("x-prompt-id") for h in fake_server.request_headers[start:]]
         counts = fake_server.counts_by_kind()
         start = len(fake_server.requests)
-        run_stages("configs/locomo.yaml", graphiti_sets(tmp, **{"data.question_limit": 2}), UP_TO_06 + ["answer"])
+        run_stages("configs/locomo.yaml", graphiti_sets(tmp, **{"data.question_limit": 1}), UP_TO_06 + ["answer"])
         again = fake_server.requests[start:]
     finally:
         mp.undo()
@@ -101,7 +101,7 @@ def test_sessions_become_dated_episodes_and_questions_get_zeps_context(ingested)
 
 def test_a_rerun_makes_no_call_and_the_dry_run_counts_the_ingestion(ingested):
     assert ingested.first and ingested.again == []
-    cfg = load_config(["configs/locomo.yaml"], graphiti_sets(ingested.tmp, **{"data.question_limit": 2}))
+    cfg = load_config(["configs/locomo.yaml"], graphiti_sets(ingested.tmp, **{"data.question_limit": 1}))
     est = dryrun.estimate(cfg)
     row = next(s for s in est["stages"] if s["stage"] == "06_retrieve")
     memory = ingested.run.dir / "06_retrieve" / "memory"
