@@ -99,7 +99,8 @@ def test_no_prompt_names_a_person_or_event_of_either_data_set():
 BEAM = sorted((REPO.parent / "shared" / "data" / "beam" / "100K").glob("*/probing_questions/probing_questions.json"))
 # Templates stored byte for byte from an official scorer or system (SOURCES.md): not ours to reword.
 OFFICIAL_TEMPLATES = {"judge_lme_default", "judge_lme_temporal", "judge_lme_knowledge_update", "judge_lme_preference",
-                      "judge_lme_abstention", "judge_locomo_mem0", "answer_mem0_user", "mem0_locomo_instructions"}
+                      "judge_lme_abstention", "judge_locomo_mem0", "answer_mem0_user", "mem0_locomo_instructions",
+                      "answer_beam_user", "judge_beam_rubric", "judge_beam_align_system", "judge_beam_align_user"}
 
 
 def words(text: str) -> list[str]:

@@ -116,3 +116,37 @@ def test_the_generic_fallback_registry_synthesizer_tools_and_text():
     assert calls[0]["function"]["name"] == "Other"
     jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), SCHEMA)
     assert generic_reply({}, text) == ("Noted: Bob: we moved to Paris", [])
+
+
+def test_logprobs_requests_are_forwarded_cached_with_their_logprobs_and_returned(fake, tmp_path):
+    """A reranker's one-token verdict: logprobs, top_logprobs and logit_bias reach the endpoint,
+    the reply's logprobs come back (from the cache the second time), and a request without them
+    keeps the cache key it had before they were forwarded."""
+    llm = harness_client(fake, tmp_path)
+    msgs = [{"role": "user",
+             "content": "<PASSAGE>\nAlice adopted a cat\n</PASSAGE>\n<QUERY>\nWho adopted a cat?\n</QUERY>"}]
+    with Gateway(llm, Embedder, system="graphiti") as gw:
+        sdk = openai.OpenAI(base_url=gw.base_url, api_key=gw.api_key, max_retries=0)
+        got = [sdk.chat.completions.create(model="x", messages=msgs, max_tokens=1, logprobs=True, top_logprobs=2,
+                                           logit_bias={"6432": 1, "7983": 1}) for _ in range(2)]
+    assert fake.request_count == 1 and fake.counts_by_kind() == {"graphiti_rerank": 1}
+    sent = fake.requests[0]
+    assert sent["logprobs"] is True and sent["top_logprobs"] == 2 and sent["logit_bias"] == {"6432": 1, "7983": 1}
+    for r in got:
+        top = r.choices[0].logprobs.content[0].top_logprobs
+        assert r.choices[0].message.content == "True" and [t.token for t in top] == ["True", "False"]
+        assert top[0].logprob < 0
+    assert [c["cached"] for c in gw.spent.llm_calls] == [False, True]
+    assert all(c["role"] == "memory" for c in gw.spent.llm_calls)
+    plain = llm.complete("memory", msgs, prompt_id="gateway.graphiti", max_tokens=1)
+    assert plain.logprobs is None and plain.cache_key != gw.spent.llm_calls[0]["cache_key"]
+    from common.core.llm import cache_key
+
+    body = llm.request_body(_replace_max(llm.settings("memory")), msgs, False)
+    assert plain.cache_key == cache_key({"base_url": fake.base_url, **body, "extra_body": {}})
+
+
+def _replace_max(settings):
+    import dataclasses
+
+    return dataclasses.replace(settings, max_tokens=1)

@@ -11,7 +11,8 @@ import pytest
 
 from common.core.config import load_config
 from common.core.schema import Session, from_dict
-from common.pipeline import dryrun, stages
+from common.pipeline import dryrun, ledger
+from common.systems.gateway import Gateway
 from common.systems.graphiti import session_date
 from tests.conftest import TINY_LOCOMO, block_sockets_except, rows, run_overrides, run_stages
 from tests.fake_openai import FakeOpenAI
@@ -21,20 +22,25 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("graphiti_core") is Non
 UP_TO_06 = ["preprocess", "episodes", "extract", "index", "plan", "retrieve"]
 
 
-def with_gateway(monkeypatch, base_url: str) -> None:
-    """Until the harness gateway is merged: the system's ``ctx.gateway`` points at the fake server."""
-    real = stages._system
+def through_the_gateway(mp, fake_base_url: str) -> tuple[list, list[int]]:
+    """Sockets refused but the fake server's and those of the gateways the stages start; returns
+    the connection attempts and the gateways' ports."""
+    ports: list[int] = []
+    start = Gateway.start
 
-    def system(run):
-        s = real(run)
-        s.ctx.gateway = SimpleNamespace(base_url=base_url, api_key="test")
-        return s
+    def started(self):
+        out = start(self)
+        ports.append(self.port)
+        return out
 
-    monkeypatch.setattr(stages, "_system", system)
+    mp.setattr(Gateway, "start", started)
+    attempts = block_sockets_except(mp, fake_base_url, also=lambda a: a[0] == "127.0.0.1" and a[1] in ports)
+    return attempts, ports
 
 
 def graphiti_sets(tmp_path, **extra):
-    return run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": "graphiti", **extra})
+    # The fake server's embeddings (through the gateway): the harness's embedding model is not the point.
+    return run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": "graphiti", "embedding.backend": "openai", **extra})
 
 
 @pytest.fixture(scope="module")
@@ -50,19 +56,20 @@ def ingested(tmp_path_factory, module_server):
     tmp = tmp_path_factory.mktemp("graphiti")
     mp = pytest.MonkeyPatch()
     mp.setenv("OPENAI_BASE_URL", fake_server.base_url)
-    with_gateway(mp, fake_server.base_url)
-    attempts = block_sockets_except(mp, fake_server.base_url)
+    attempts, ports = through_the_gateway(mp, fake_server.base_url)
     try:
         start = len(fake_server.requests)
-        run = run_stages("configs/locomo.yaml", graphiti_sets(tmp, **{"data.question_limit": 2}), UP_TO_06 + ["answer"])
+        run = run_stages("configs/locomo.yaml", graphiti_sets(tmp, **{"data.question_limit": 1}), UP_TO_06 + ["answer"])
         first = fake_server.requests[start:]
+        first_ids = [h.get("x-prompt-id") for h in fake_server.request_headers[start:]]
         counts = fake_server.counts_by_kind()
         start = len(fake_server.requests)
-        run_stages("configs/locomo.yaml", graphiti_sets(tmp, **{"data.question_limit": 2}), UP_TO_06 + ["answer"])
+        run_stages("configs/locomo.yaml", graphiti_sets(tmp, **{"data.question_limit": 1}), UP_TO_06 + ["answer"])
         again = fake_server.requests[start:]
     finally:
         mp.undo()
-    return SimpleNamespace(run=run, tmp=tmp, first=first, again=again, counts=counts, attempts=list(attempts))
+    return SimpleNamespace(run=run, tmp=tmp, first=first, first_ids=first_ids, again=again, counts=counts,
+                           attempts=list(attempts), ports=ports)
 
 
 def test_sessions_become_dated_episodes_and_questions_get_zeps_context(ingested):
@@ -94,7 +101,7 @@ def test_sessions_become_dated_episodes_and_questions_get_zeps_context(ingested)
 
 def test_a_rerun_makes_no_call_and_the_dry_run_counts_the_ingestion(ingested):
     assert ingested.first and ingested.again == []
-    cfg = load_config(["configs/locomo.yaml"], graphiti_sets(ingested.tmp, **{"data.question_limit": 2}))
+    cfg = load_config(["configs/locomo.yaml"], graphiti_sets(ingested.tmp, **{"data.question_limit": 1}))
     est = dryrun.estimate(cfg)
     row = next(s for s in est["stages"] if s["stage"] == "06_retrieve")
     memory = ingested.run.dir / "06_retrieve" / "memory"
@@ -112,18 +119,32 @@ def test_a_rerun_makes_no_call_and_the_dry_run_counts_the_ingestion(ingested):
     assert search["calls"] == 40 * questions >= reranked and search["already_done"] == search["calls"]
 
 
-def test_graphiti_opens_no_socket_but_the_endpoint(ingested, module_server):
+def test_every_graphiti_call_goes_through_the_gateway_into_the_ledger(ingested):
+    # Graphiti's requests reach the fake server only through the gateway (its prompt id), the
+    # reranker's logprobs too; the ledger's memory-role calls, ingestion and search, are all of them.
+    graphiti = [b for b, p in zip(ingested.first, ingested.first_ids) if p == "gateway.graphiti"]
+    assert all(p == "gateway.graphiti" for b, p in zip(ingested.first, ingested.first_ids)
+               if b.get("logprobs") or (b.get("response_format") or {}).get("type") == "json_schema")
+    assert any(b.get("logprobs") and b.get("top_logprobs") == 2 and b.get("logit_bias") for b in graphiti)
+    entries = [e for e in ledger.ledger(ingested.run.dir)["stages"] if e["role"] == "memory"]
+    assert {e["stage"] for e in entries} == {"06_retrieve_ingest", "06_retrieve"}
+    search = next(e for e in entries if e["stage"] == "06_retrieve")
+    assert search["calls"] == sum(1 for b in graphiti if b.get("logprobs")) > 0
+    assert sum(e["calls"] for e in entries) == len(graphiti)
+
+
+def test_graphiti_opens_no_socket_but_the_endpoint_and_the_gateway(ingested, module_server):
     allowed = (urlparse(module_server.base_url).hostname, urlparse(module_server.base_url).port)
-    assert ingested.attempts and set(ingested.attempts) == {allowed}, set(ingested.attempts)
+    assert ingested.ports, "no gateway was started"
+    assert ingested.attempts and set(ingested.attempts) <= {allowed} | {("127.0.0.1", p) for p in ingested.ports}
 
 
 def test_a_failed_call_fails_the_memory(tmp_path, fake_server, monkeypatch):
     from tests.fake_openai import FaultPlan
 
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
-    with_gateway(monkeypatch, fake_server.base_url)
     fake_server.faults = FaultPlan(pinned={"schema:ExtractedEdges": ["500"]})
-    sets = graphiti_sets(tmp_path, **{"systems.ingest_concurrency": 1})
+    sets = graphiti_sets(tmp_path, **{"systems.ingest_concurrency": 1, "llm.max_attempts": 2})
     with pytest.raises(RuntimeError, match="graphiti ingestion of tiny-1 .* failed"):
         run_stages("configs/locomo.yaml", sets, UP_TO_06)
     assert not (tmp_path / "results" / "locomo" / "t" / "06_retrieve" / "memory" / "tiny-1" / "ingested.json").exists()
@@ -137,8 +158,8 @@ def test_without_a_gateway_the_error_says_so(tmp_path):
     system = Graphiti(Context(cfg, tmp_path, tmp_path / "memory", lambda: None))
     with pytest.raises(RuntimeError, match="graphiti: no gateway"):
         system._endpoint()
-    system.ctx.gateway = SimpleNamespace(base_url="http://127.0.0.1:1/v1", api_key="k")  # type: ignore[attr-defined]
-    assert system._endpoint().base_url == "http://127.0.0.1:1/v1"
+    system.ctx.gateway = gateway = SimpleNamespace(base_url="http://127.0.0.1:1/v1", api_key="k")
+    assert system._endpoint() is gateway
 
 
 def test_unknown_reranker_or_limit_is_refused(tmp_path):

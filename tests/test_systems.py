@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from urllib.parse import urlparse
 
 import pytest
 
@@ -191,9 +192,9 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
     if name == "graphiti":
         if not HAVE_GRAPHITI:
             pytest.skip("graphiti-core not installed (requirements-systems.txt)")
-        from tests.test_graphiti import with_gateway
+        from tests.test_graphiti import through_the_gateway
 
-        with_gateway(monkeypatch, fake_server.base_url)  # graphiti calls the endpoint it is given
+        attempts, ports = through_the_gateway(monkeypatch, fake_server.base_url)  # no other socket
     if name == "docs example":
         name = docs_example(tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
@@ -202,7 +203,7 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
     for label, data in (("clean", TINY_LOCOMO), ("poisoned", poisoned)):
         start = len(fake_server.requests)
         # LangMem: the fake server's embeddings (through the gateway); its model is not the point.
-        fast = {"embedding.backend": "openai"} if name == "langmem" else {}
+        fast = {"embedding.backend": "openai"} if name in ("langmem", "graphiti") else {}
         # graphiti: one conversation, every session, one question (its search reranks per candidate)
         few = {"data.question_limit": 1, "data.memories": "[tiny-1]"} if name == "graphiti" else {}
         sets = run_overrides(tmp_path / label, data, **{"method.name": name, **fast, **few})
@@ -213,6 +214,9 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
                            if b.get("input") != ["dimension probe"]))
     assert sent[0] and sent[0] == sent[1], f"a gold field changed what {name} sent to the model"
     assert "POISON" not in json.dumps(sent[1])
+    if name == "graphiti":  # through the real gateway only
+        fake = (urlparse(fake_server.base_url).hostname, urlparse(fake_server.base_url).port)
+        assert ports and set(attempts) <= {fake} | {("127.0.0.1", p) for p in ports}, set(attempts)
 
 
 def test_only_the_oracle_declares_gold_access():

@@ -115,6 +115,8 @@ class Completion:
     batch: bool = False  # answered through the Batch API in this run (priced at the batch rate)
     # The reply's tool calls (OpenAI wire format) when the request offered ``tools``.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # The reply's ``choices[0].logprobs`` (wire format) when the request asked for ``logprobs``.
+    logprobs: Optional[dict[str, Any]] = None
 
     def record(self, prompt_id: str) -> dict[str, Any]:
         """The audit entry stored in artifact rows (no text: that is in the cache)."""
@@ -306,16 +308,33 @@ def _tool_calls(resp: Any) -> list[dict[str, Any]]:
     return [c.model_dump(mode="json", exclude_none=True) if hasattr(c, "model_dump") else dict(c) for c in calls]
 
 
-def _pack(text: str, calls: list[dict[str, Any]]) -> str:
-    """The cached reply of a request with tools: its text and its tool calls, as one JSON string."""
-    return json.dumps({"content": text, "tool_calls": calls}, ensure_ascii=False)
+def _logprobs(resp: Any) -> Optional[dict[str, Any]]:
+    """``choices[0].logprobs`` of a chat completion in wire format (None when the server sent none)."""
+    lp = getattr(resp.choices[0], "logprobs", None)
+    if lp is None:
+        return None
+    return lp.model_dump(mode="json") if hasattr(lp, "model_dump") else dict(lp)
 
 
-def _unpack(stored: str, with_tools: bool) -> tuple[str, list[dict[str, Any]]]:
-    if not with_tools:
-        return stored, []
-    packed = json.loads(stored)
-    return packed["content"], list(packed["tool_calls"])
+def _packed(body: dict[str, Any]) -> bool:
+    """A request whose cached reply is more than its text (tools or logprobs asked for)."""
+    return "tools" in body or "logprobs" in body
+
+
+def _pack(text: str, calls: list[dict[str, Any]], logprobs: Optional[dict[str, Any]] = None) -> str:
+    """The cached reply of a request with tools or logprobs: its text, its tool calls and (when
+    asked for) its logprobs, as one JSON string."""
+    packed: dict[str, Any] = {"content": text, "tool_calls": calls}
+    if logprobs is not None:
+        packed["logprobs"] = logprobs
+    return json.dumps(packed, ensure_ascii=False)
+
+
+def _unpack(stored: str, packed: bool) -> tuple[str, list[dict[str, Any]], Optional[dict[str, Any]]]:
+    if not packed:
+        return stored, [], None
+    reply = json.loads(stored)
+    return reply["content"], list(reply["tool_calls"]), reply.get("logprobs")
 
 
 @dataclass(frozen=True)
@@ -451,6 +470,9 @@ class LLMClient:
         response_format: Optional[dict[str, Any]] = None,
         tools: Optional[list[dict[str, Any]]] = None,
         tool_choice: Any = None,
+        logprobs: Optional[bool] = None,
+        top_logprobs: Optional[int] = None,
+        logit_bias: Optional[dict[str, Any]] = None,
     ) -> Completion:
         """One chat completion, served from the cache when the same request was made before.
 
@@ -467,6 +489,8 @@ class LLMClient:
         ``response_format`` (e.g. a ``json_schema``), ``tools`` and ``tool_choice`` are sent as
         given (the gateway forwards an outside system's requests): they replace ``json_mode``'s
         format and enter the cache key; a reply's tool calls are in ``Completion.tool_calls``.
+        ``logprobs``, ``top_logprobs`` and ``logit_bias`` likewise (only when given: other keys
+        stay as they were); the reply's logprobs are cached with it (``Completion.logprobs``).
         """
         settings = self.settings(role)
         if max_tokens is not None and settings.max_tokens is None:
@@ -476,16 +500,17 @@ class LLMClient:
         pool, api_key = self.pool(role)
         base_url = pool.identity  # not the endpoint that will answer: see common.core.endpoints
         body = self.request_body(settings, messages, json_mode)
-        body.update(_passed(response_format=response_format, tools=tools or None, tool_choice=tool_choice))
+        body.update(_passed(response_format=response_format, tools=tools or None, tool_choice=tool_choice,
+                            logprobs=logprobs or None, top_logprobs=top_logprobs, logit_bias=logit_bias or None))
         extra = dict(settings.extra_body)
         key = cache_key({"base_url": base_url, **body, "extra_body": extra, **({"repeat": repeat} if repeat else {})})
         stat = self._stat(role)
         with self._lock:
             stat.calls += 1
         headers = {PROMPT_ID_HEADER: prompt_id} if prompt_id else None  # not in ``key``
-        # A request with tools is never batched (the batch stores a reply's text only).
+        # A request with tools or logprobs is never batched (the batch stores a reply's text only).
         if self.batcher and role in self.batcher.roles and self._rounds and self.cache.mode != "ro" \
-                and "tools" not in body:
+                and not _packed(body):
             done = self._from_batch(role, settings, key, stat)
             if done is not None:
                 return done
@@ -525,8 +550,8 @@ class LLMClient:
                 stat.cached += 1
             # A cache hit reports the ORIGINAL call's latency (flagged cached): online-efficiency
             # tables stay meaningful when a run is rebuilt from the cache.
-            text, calls = _unpack(hit[0], "tools" in body)
-            return Completion(text, key, True, settings.model, hit[1], hit[2], tool_calls=calls)
+            text, calls, lp = _unpack(hit[0], _packed(body))
+            return Completion(text, key, True, settings.model, hit[1], hit[2], tool_calls=calls, logprobs=lp)
         if self.cache.mode == "ro":
             with self._lock:
                 stat.failed += 1
@@ -570,9 +595,10 @@ class LLMClient:
             stat.completion_tokens += usage["completion_tokens"]
             stat.latencies.append(latency)
         calls = _tool_calls(resp) if "tools" in body else []
-        self.cache.put(key, {"base_url": base_url, **body}, _pack(text, calls) if "tools" in body else text,
+        lp = _logprobs(resp) if "logprobs" in body else None
+        self.cache.put(key, {"base_url": base_url, **body}, _pack(text, calls, lp) if _packed(body) else text,
                        usage, latency)
-        return Completion(text, key, False, settings.model, usage, latency, tool_calls=calls)
+        return Completion(text, key, False, settings.model, usage, latency, tool_calls=calls, logprobs=lp)
 
     def _from_batch(self, role: str, settings: RoleSettings, key: str, stat: CallStats) -> Optional[Completion]:
         """This run's batch outcome of a request: its reply (paid, at the batch rate), or its failure."""

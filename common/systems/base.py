@@ -195,8 +195,11 @@ def render_evidence(evidence: list[Evidence]) -> str:
 def render(question: Question, name: str, found: Found, seconds: float) -> RetrievalRow:
     text = render_evidence(found.evidence)
     dia = list(dict.fromkeys(d for e in found.evidence for d in e.dia_ids))
-    info = {**found.info, "evidence": [asdict(e) for e in found.evidence], "spent": asdict(found.spent)}
+    # The search's call records (a gateway system's, each with its role) go where the ledger reads
+    # a row's calls; the notes keep the counts.
+    info = {**found.info, "evidence": [asdict(e) for e in found.evidence], "spent": found.spent.totals()}
     return RetrievalRow(qid=question.qid, memory_id=question.memory_id, question=question.question, mode=name,
                         scope="", reasoning_type="", selected=[], episode_ids=[], dia_ids=dia, coverage={},
                         buffer_text=text, buffer_tokens=count_tokens(text) if text else 0,
-                        seconds=found.spent.seconds or seconds, method_info=info)
+                        seconds=found.spent.seconds or seconds, method_info=info,
+                        llm_calls=list(found.spent.llm_calls))

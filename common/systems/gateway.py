@@ -8,8 +8,9 @@ harness's tools, so the system is as visible as one that takes ``ctx.llm``:
 * ``POST /v1/chat/completions``: ``LLMClient.complete`` of the system's role (``memory``) with
   prompt id ``gateway.<system>``: the disk cache, retries, endpoint pools, call statistics and the
   ledger's call records are the harness's. The request's messages, ``response_format``, ``tools``,
-  ``tool_choice`` and ``max_tokens`` are forwarded; model, temperature and seed are the role's
-  (temperature 0, seed 42), whatever the system asks.
+  ``tool_choice``, ``max_tokens``, ``logprobs``, ``top_logprobs`` and ``logit_bias`` are forwarded
+  (a reply's logprobs are cached with it and returned); model, temperature and seed are the
+  role's (temperature 0, seed 42), whatever the system asks.
 * ``POST /v1/embeddings``: the harness's embedding model (``ctx.embedder()``, cached), whatever
   model name the system sends.
 * ``GET /v1/models``: the role's model.
@@ -18,7 +19,9 @@ The server is ``aiohttp.web`` on 127.0.0.1, a free port chosen by the OS, in a b
 with its own event loop; requests are answered from a thread pool (the LLM client is
 synchronous). Every request must carry a bearer token made for this run (``secrets``); a token is
 never written anywhere. ``session(spent)`` hands out a further token whose calls are recorded in
-``spent`` (one per memory being ingested, so concurrent memories keep their own accounts). A call
+``spent`` (one per memory being ingested, one per search, so concurrent memories and questions
+keep their own accounts); each record carries the role, so the ledger counts a search's calls
+under it too. A call
 that fails upstream comes back as an OpenAI error object with the upstream status (``http_429``
 -> 429; a timeout -> 504; no connection, a bad body -> 502; a cache miss in read-only mode ->
 503) and is counted in ``failures``; the system's own client then raises, and the harness counts
@@ -48,7 +51,8 @@ if TYPE_CHECKING:  # aiohttp (requirements-systems.txt) is imported when a gatew
 PROMPT_PREFIX = "gateway."
 # Request fields forwarded to ``LLMClient.complete``; everything else (model, temperature, seed,
 # n, stream options) is the role's setting or refused.
-FORWARDED = ("messages", "response_format", "tools", "tool_choice", "max_tokens", "max_completion_tokens")
+FORWARDED = ("messages", "response_format", "tools", "tool_choice", "max_tokens", "max_completion_tokens",
+             "logprobs", "top_logprobs", "logit_bias")
 _CAUSE_STATUS = {"timeout": 504, "connection": 502, "bad_response": 502, "cache_miss": 503}
 
 
@@ -243,7 +247,8 @@ class Gateway:
             c = self.llm.complete(self.role, body["messages"], prompt_id=self.prompt_id,
                                   max_tokens=int(limit) if limit else None,
                                   response_format=body.get("response_format"), tools=body.get("tools"),
-                                  tool_choice=body.get("tool_choice"))
+                                  tool_choice=body.get("tool_choice"), logprobs=bool(body.get("logprobs")) or None,
+                                  top_logprobs=body.get("top_logprobs"), logit_bias=body.get("logit_bias"))
         finally:
             seconds = time.perf_counter() - started
             with self._lock:
@@ -252,7 +257,7 @@ class Gateway:
                 spent.calls += 1
                 spent.seconds = round(spent.seconds + seconds, 4)
         with self._lock:
-            spent.llm_calls.append(c.record(self.prompt_id))
+            spent.llm_calls.append({**c.record(self.prompt_id), "role": self.role})
             spent.prompt_tokens += c.usage.get("prompt_tokens", 0)
             spent.completion_tokens += c.usage.get("completion_tokens", 0)
         message: dict[str, Any] = {"role": "assistant", "content": c.text if c.text or not c.tool_calls else None}
@@ -262,7 +267,7 @@ class Gateway:
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return {"id": f"chatcmpl-{c.cache_key[:24]}", "object": "chat.completion", "created": 0,
                 "model": c.model,
-                "choices": [{"index": 0, "message": message, "logprobs": None,
+                "choices": [{"index": 0, "message": message, "logprobs": c.logprobs,
                              "finish_reason": "tool_calls" if c.tool_calls else "stop"}],
                 "usage": usage}
 

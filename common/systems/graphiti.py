@@ -16,8 +16,10 @@ then read that context like any other system's evidence buffer.
 
 Local and offline: the graph store is Kuzu, embedded (one database file per memory under the
 memory's state directory; a rerun opens it again). Graphiti's LLM, embedder and reranker are its
-OpenAI-compatible clients configured with the harness gateway's base URL and key only
-(``ctx.gateway``); telemetry is off (``GRAPHITI_TELEMETRY_ENABLED=false`` before the import).
+OpenAI-compatible clients configured with the harness gateway's base URL and a session key only
+(``ctx.gateway.session``: one per memory ingested and one per search, so every call, the
+reranker's at search too, is recorded with the memory role and reaches the ledger); telemetry
+is off (``GRAPHITI_TELEMETRY_ENABLED=false`` before the import).
 Departures from the published run are listed in docs/memory-systems.md.
 """
 from __future__ import annotations
@@ -119,28 +121,6 @@ def _ranked(items: list[Any], scores: list[float], key: Callable[[Any], tuple[st
     return [item for _, item in sorted(zip(scores, items), key=lambda p: (-p[0], key(p[1])))]
 
 
-class _Counted:
-    """Counts the chat calls of an AsyncOpenAI client (graphiti's LLM and reranker share it)."""
-
-    def __init__(self, client: Any, spent: Spent) -> None:
-        self.spent, self._create = spent, client.chat.completions.create
-        client.chat.completions.create = self.create
-
-    async def create(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            reply = await self._create(*args, **kwargs)
-        finally:
-            self.spent.calls += 1
-        usage = reply.usage.model_dump() if getattr(reply, "usage", None) else {}
-        self.spent.prompt_tokens += usage.get("prompt_tokens", 0) or 0
-        self.spent.completion_tokens += usage.get("completion_tokens", 0) or 0
-        self.spent.llm_calls.append({"prompt_id": "graphiti", "model": getattr(reply, "model", kwargs.get("model")),
-                                     "cache_key": "", "cached": False, "usage": usage,
-                                     "latency": round(time.perf_counter() - started, 4)})
-        return reply
-
-
 class Graphiti(MemorySystem):
     name = "graphiti"
     stages = PROTOCOL_STAGES
@@ -191,16 +171,16 @@ class Graphiti(MemorySystem):
             conn.close()
         return driver
 
-    def _graphiti(self, driver: Any, spent: Spent) -> tuple[Any, list[Any]]:
-        """Graphiti over ``driver`` with its own OpenAI-compatible clients, configured with the
-        gateway's base URL and key only; returns it and the clients to close."""
+    def _graphiti(self, driver: Any, session: Any) -> tuple[Any, list[Any]]:
+        """Graphiti over ``driver`` with its own OpenAI-compatible clients, configured with a
+        gateway session's base URL and key only; returns it and the clients to close."""
         from graphiti_core import Graphiti as Engine
         from graphiti_core.cross_encoder.openai_reranker_client import OpenAIRerankerClient
         from graphiti_core.embedder.openai import OpenAIEmbedder, OpenAIEmbedderConfig
         from graphiti_core.llm_client.config import LLMConfig
         from graphiti_core.llm_client.openai_generic_client import OpenAIGenericClient
 
-        gw = self._endpoint()
+        gw = session
         model = self.ctx.cfg.role("memory").model
         config = LLMConfig(api_key=gw.api_key, base_url=gw.base_url, model=model, small_model=model, temperature=0.0)
         llm, reranker = OpenAIGenericClient(config), OpenAIRerankerClient(config)
@@ -208,8 +188,6 @@ class Graphiti(MemorySystem):
         embedder = OpenAIEmbedder(OpenAIEmbedderConfig(api_key=gw.api_key, base_url=gw.base_url,
                                                        embedding_model=self.ctx.cfg.embedding.model,
                                                        embedding_dim=1 << 20))
-        for client in (llm.client, reranker.client):
-            _Counted(client, spent)
         engine = Engine(graph_driver=driver, llm_client=llm, embedder=embedder, cross_encoder=reranker)
         return engine, [llm.client, reranker.client, embedder.client]
 
@@ -219,8 +197,8 @@ class Graphiti(MemorySystem):
         sessions = sorted(view.sessions, key=session_date)  # time order (stable for equal dates)
         driver = self._driver(state_dir)
 
-        async def run() -> None:
-            engine, clients = self._graphiti(driver, spent)
+        async def run(session: Any) -> None:
+            engine, clients = self._graphiti(driver, session)
             try:
                 for s in sessions:
                     try:
@@ -235,7 +213,8 @@ class Graphiti(MemorySystem):
                     await client.close()
 
         try:
-            asyncio.run(run())
+            with self._endpoint().session(spent) as session:
+                asyncio.run(run(session))
         finally:
             driver.db.close()
         spent.seconds = round(time.perf_counter() - started, 4)
@@ -266,8 +245,8 @@ class Graphiti(MemorySystem):
         edge_config, node_config = self._configs()
         group = [self.opts["group_id"]]
 
-        async def run() -> tuple[list[Any], list[Any]]:
-            engine, clients = self._graphiti(self.drivers[mid], spent)
+        async def run(session: Any) -> tuple[list[Any], list[Any]]:
+            engine, clients = self._graphiti(self.drivers[mid], session)
             try:
                 found_edges = await engine.search_(question.question, config=edge_config, group_ids=group)
                 found_nodes = await engine.search_(question.question, config=node_config, group_ids=group)
@@ -277,7 +256,8 @@ class Graphiti(MemorySystem):
             return (_ranked(found_edges.edges, found_edges.edge_reranker_scores, lambda e: (e.fact, str(e.valid_at))),
                     _ranked(found_nodes.nodes, found_nodes.node_reranker_scores, lambda n: (n.name, n.summary)))
 
-        edges, nodes = asyncio.run(run())
+        with self._endpoint().session(spent) as session:
+            edges, nodes = asyncio.run(run(session))
         evidence = [Evidence(e.fact, [], str(e.valid_at or ""), None, "facts") for e in edges]
         evidence += [Evidence(f"{n.name}: {n.summary}", [], "", None, "entities") for n in nodes]
         spent.seconds = round(time.perf_counter() - started, 4)
