@@ -37,7 +37,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import locomo
+from common.benchmarks import beam_data, locomo
 from common.benchmarks.base import BenchmarkData, DataError, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, read_json, required, show
 from common.core.config import resolve_path
@@ -95,8 +95,6 @@ def data_files(root: Path) -> list[Path]:
 def official_files(tier: str) -> dict[str, str]:
     """File (relative to the tier folder) -> sha256 of the official release of ``tier``: the list
     ``make data-beam`` checks its downloads against (``configs/beam_sha256/<tier>.txt``)."""
-    from common.benchmarks import beam_data
-
     return {rel.removeprefix(f"{tier}/"): sha for sha, rel in beam_data.checksums(tier)}
 
 

@@ -34,6 +34,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
+from pydantic import SecretStr
+
 from common.core.config import Config
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
@@ -115,7 +117,6 @@ class LangMem(MemorySystem):
         extraction = _import_langmem()
         from langchain_openai import ChatOpenAI, OpenAIEmbeddings
         from langgraph.store.memory import InMemoryStore
-        from pydantic import SecretStr
 
         model = self.ctx.llm.settings(self.role).model if self.ctx.llm is not None else "harness"
         chat = ChatOpenAI(model=model, base_url=base_url, api_key=SecretStr(api_key), temperature=0, max_retries=0)
