@@ -114,9 +114,10 @@ def test_make_ablations_runs_every_variant_reusing_cached_work(tmp_path, fake_se
     assert counts["partition"] == n_sessions
     episodes = {v: sum(len(r["episodes"]) for r in rows(root / f"ablation_tiny_{v}" / "02_episodes.jsonl"))
                 for v in ("base", "episodes_turn", "episodes_session")}
-    # Theme episodes are extracted once per distinct extraction prompt: the four granularities and the
-    # code_rules set's checklist (prompts_code_rules); the other variants reuse base's records.
-    assert counts["extract"] == 5 * episodes["base"] + episodes["episodes_turn"] + episodes["episodes_session"]
+    # Theme episodes are extracted once per distinct extraction prompt: the four granularities, no
+    # granularity block (property_none) and the code_rules set's checklist (prompts_code_rules); the
+    # other variants (the projections included: they post-process records) reuse base's records.
+    assert counts["extract"] == 6 * episodes["base"] + episodes["episodes_turn"] + episodes["episodes_session"]
     # A rerun pays for nothing.
     paid = fake_server.request_count
     again = subprocess.run(cmd, cwd=REPO, env=_env(fake_server), capture_output=True, text=True, timeout=900)
