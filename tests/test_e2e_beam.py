@@ -81,11 +81,11 @@ def test_mem0_runs_on_beam(tmp_path, fake_server, monkeypatch):
     assert len(rows(run.path("answers"))) == 2
 
 
-CHATS = "beam-100K-1,beam-100K-2"  # two real chats: every stage, both runs, in the suite's time
+CHATS = "beam-100K-1"  # one real chat (its 20 questions across the ten abilities): every stage, both runs
 
 
 def test_make_beam_end_to_end_on_the_shared_100k_tier_then_rerun_makes_zero_calls(tmp_path, fake_server):
-    """EnSIMem and the full-context baseline on two real chats (four questions each), 01-09, a rerun
+    """EnSIMem and the full-context baseline on a real chat (eight questions), 01-09, a rerun
     that makes no call, then `make tables` with the official and corrected scores side by side.
     (All 20 chats: the same command without MEMORIES, measured by hand in docs/beam.md.)"""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
@@ -95,7 +95,7 @@ def test_make_beam_end_to_end_on_the_shared_100k_tier_then_rerun_makes_zero_call
     for method in ("ensimem", "full_context"):
         sets = [s for s in run_overrides(tmp_path, TIER, **fast, **{"run.name": method, "method.name": method})
                 if not s.startswith("data.path=")]  # BEAM_DIR names the tier folder
-        cmd = ["make", "-s", "beam", f"PY={sys.executable}", "LIMIT=4", "SIZE=100K", f"MEMORIES={CHATS}",
+        cmd = ["make", "-s", "beam", f"PY={sys.executable}", "LIMIT=8", "SIZE=100K", f"MEMORIES={CHATS}",
                f"SET={' '.join(sets)}"]
         first = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
         assert first.returncode == 0, first.stderr[-2000:]

@@ -64,7 +64,7 @@ def trusted_run(results: Path) -> Path:
         a["answer"] = ADVERSARIAL.get(a["qid"], a["answer"])
     answers_file.write_text("".join(json.dumps(a) + "\n" for a in answers))
     # 09_aggregate's code, with the audited key and category 5 switched on.
-    cfg = SimpleNamespace(run=SimpleNamespace(name="paper"), benchmark="locomo",
+    cfg = SimpleNamespace(run=SimpleNamespace(name="paper"), benchmark="locomo", method=SimpleNamespace(name="ensimem"),
                           data=SimpleNamespace(errata=str(ERRATA), path=str(REAL_LOCOMO), env=None),
                           score=SimpleNamespace(adversarial=True))
     fake = SimpleNamespace(dir=d, path=lambda n: artifacts.path(d, n), judge_path=lambda j: artifacts.judge_path(d, j),
