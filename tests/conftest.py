@@ -139,3 +139,21 @@ def run_stages(config: str, sets: list[str], stages: list[str] = STAGE_ORDER):
     for stage in stages:
         by_name(stage).resolve()(run)
     return run
+
+
+def through_the_gateway(mp, fake_base_url: str) -> tuple[list, list[int]]:
+    """Sockets refused but the fake server's and those of the gateways the stages start; returns
+    the connection attempts and the gateways' ports."""
+    from common.systems.gateway import Gateway  # aiohttp: only for the tests that start a gateway
+
+    ports: list[int] = []
+    start = Gateway.start
+
+    def started(self):
+        out = start(self)
+        ports.append(self.port)
+        return out
+
+    mp.setattr(Gateway, "start", started)
+    attempts = block_sockets_except(mp, fake_base_url, also=lambda a: a[0] == "127.0.0.1" and a[1] in ports)
+    return attempts, ports

@@ -12,30 +12,13 @@ import pytest
 from common.core.config import load_config
 from common.core.schema import Session, from_dict
 from common.pipeline import dryrun, ledger
-from common.systems.gateway import Gateway
 from common.systems.graphiti import session_date
-from tests.conftest import TINY_LOCOMO, block_sockets_except, rows, run_overrides, run_stages
+from tests.conftest import TINY_LOCOMO, rows, run_overrides, run_stages, through_the_gateway
 from tests.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("graphiti_core") is None,
                                 reason="graphiti-core not installed (requirements-systems.txt)")
 UP_TO_06 = ["preprocess", "episodes", "extract", "index", "plan", "retrieve"]
-
-
-def through_the_gateway(mp, fake_base_url: str) -> tuple[list, list[int]]:
-    """Sockets refused but the fake server's and those of the gateways the stages start; returns
-    the connection attempts and the gateways' ports."""
-    ports: list[int] = []
-    start = Gateway.start
-
-    def started(self):
-        out = start(self)
-        ports.append(self.port)
-        return out
-
-    mp.setattr(Gateway, "start", started)
-    attempts = block_sockets_except(mp, fake_base_url, also=lambda a: a[0] == "127.0.0.1" and a[1] in ports)
-    return attempts, ports
 
 
 def graphiti_sets(tmp_path, **extra):

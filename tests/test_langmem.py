@@ -11,8 +11,7 @@ import pytest
 
 from common.core.config import load_config
 from common.pipeline import dryrun, ledger
-from common.systems.gateway import Gateway
-from tests.conftest import TINY_LOCOMO, block_sockets_except, rows, run_overrides, run_stages
+from tests.conftest import TINY_LOCOMO, rows, run_overrides, run_stages, through_the_gateway
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("langmem") is None,
                                 reason="langmem not installed (make install installs requirements-systems.txt)")
@@ -33,16 +32,7 @@ def langmem_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("langmem")
     with FakeOpenAI() as fake, pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENAI_BASE_URL", fake.base_url)
-        ports: list[int] = []
-        start = Gateway.start
-
-        def started(self):
-            out = start(self)
-            ports.append(self.port)
-            return out
-
-        mp.setattr(Gateway, "start", started)
-        attempts = block_sockets_except(mp, fake.base_url, also=lambda a: a[0] == "127.0.0.1" and a[1] in ports)
+        attempts, ports = through_the_gateway(mp, fake.base_url)
         sets = langmem_sets(tmp)
         run = run_stages("configs/locomo.yaml", sets, ALL)
         kinds, paid = fake.counts_by_kind(), fake.request_count

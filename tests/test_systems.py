@@ -12,7 +12,7 @@ from common.core.io import ArtifactError
 from common.systems import registry
 from common.systems.base import PROTOCOL_STAGES, MemorySystem
 from tests import system_digests
-from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages
+from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages, through_the_gateway
 
 # Found without importing it: an import before common.systems.mem0 sets MEM0_TELEMETRY=False would
 # start mem0's telemetry.
@@ -192,8 +192,6 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
     if name == "graphiti":
         if not HAVE_GRAPHITI:
             pytest.skip("graphiti-core not installed (requirements-systems.txt)")
-        from tests.test_graphiti import through_the_gateway
-
         attempts, ports = through_the_gateway(monkeypatch, fake_server.base_url)  # no other socket
     if name == "docs example":
         name = docs_example(tmp_path, monkeypatch)
