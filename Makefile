@@ -128,7 +128,7 @@ data-beam:  ## download a BEAM tier (SIZE=100K|500K) at the pinned commit into d
 
 beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat, MEMORIES=chat ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m BEAM.01_preprocess $(BEAM_ARGS) --dry-run; \
-	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m BEAM.$$s $(BEAM_ARGS); done; fi
+	else $(PY) -m common.pipeline.run_all beam $(BEAM_ARGS); fi
 
 beam-%:  ## one BEAM stage of the graph, e.g. make beam-04_index
 	$(call check-stage,$*)
@@ -136,11 +136,11 @@ beam-%:  ## one BEAM stage of the graph, e.g. make beam-04_index
 
 longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=first N questions, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
-	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LongMemEval.$$s $(LME_ARGS); done; fi
+	else $(PY) -m common.pipeline.run_all longmemeval $(LME_ARGS); fi
 
 locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT=N per conversation, MEMORIES=conv ids, SET="k=v ...", DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LoCoMo.01_preprocess $(ARGS) --dry-run; \
-	else for s in $(STAGES); do HARNESS_SUMMARY_AT=$(lastword $(STAGES)) $(PY) -m LoCoMo.$$s $(ARGS); done; fi
+	else $(PY) -m common.pipeline.run_all locomo $(ARGS); fi
 
 stages:  ## the stage graph: id, files read and written, LLM role, gold access
 	@$(PY) -m common.pipeline.graph table

@@ -305,15 +305,28 @@ def run_pipeline(run: Run, stages: Optional[tuple[Stage, ...]] = None) -> None:
 
 def main(stage: str, benchmark: str, doc: Optional[str] = None) -> None:
     """Entry point of every numbered script: parse, run one stage, one-line errors."""
+    main_stages((by_name(stage),), benchmark, doc)
+
+
+def main_stages(stages: tuple[Stage, ...], benchmark: str, doc: Optional[str] = None) -> None:
+    """Run ``stages`` in order in this one process (a numbered script: one stage; the
+    full-pipeline targets: the whole graph, ``common.pipeline.run_all``), one-line errors.
+
+    One process for the whole graph loads the LLM SDK, the embedding model and the config once
+    instead of once per stage; every stage still reads its inputs from and writes its artifacts
+    to the run directory, as when each runs as its own script."""
     cfg, args = parse(doc or "", benchmark)
     run = Run(cfg, force=args.force, progress=progress.interactive())
-    try:
-        run_stage(run, stage)
-    except EndpointNotConfigured as exc:
-        sys.exit(f"error: {exc}")
-    except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
-        log.debug("stage failed", exc_info=True)
-        if run._client is not None:  # calls were made (and paid) before it stopped: say so
-            invocation.finish(run, by_name(stage).id, stopped=True)
-        sys.exit(f"error: {' '.join(str(exc).split())}")
-    invocation.finish(run, by_name(stage).id)
+    whole = len(stages) > 1
+    for i, node in enumerate(stages):
+        before = invocation.snapshot(run)
+        try:
+            run_stage(run, node)
+        except EndpointNotConfigured as exc:
+            sys.exit(f"error: {exc}")
+        except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
+            log.debug("stage failed", exc_info=True)
+            if run._client is not None:  # calls were made (and paid) before it stopped: say so
+                invocation.finish(run, node.id, stopped=True, before=before)
+            sys.exit(f"error: {' '.join(str(exc).split())}")
+        invocation.finish(run, node.id, before=before, last=(i == len(stages) - 1) if whole else None)

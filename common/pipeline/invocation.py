@@ -29,14 +29,30 @@ def invocation_id() -> str:
     return os.environ.get(ENV_ID) or _OWN_ID
 
 
-def stage_spend(run: Any) -> dict[str, Any]:
-    """This process's calls per role: new, cached, failed, paid tokens and their dollars."""
+COUNTERS = ("calls", "new", "cached", "failed", "prompt_tokens", "completion_tokens")
+
+
+def snapshot(run: Any) -> dict[str, dict[str, int]]:
+    """The client's counters now, per role: a stage of a whole-pipeline process records only the
+    calls made since the snapshot taken before it (the client is shared by the nine stages)."""
     client = getattr(run, "_client", None)
     if client is None:
         return {}
+    return {role: {k: int(s.get(k, 0)) for k in COUNTERS} for role, s in client.summary().items()}
+
+
+def stage_spend(run: Any, before: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """This process's calls per role (since ``before``): new, cached, failed, paid tokens, dollars."""
+    now = snapshot(run)
+    if not now:
+        return {}
     prices = load_prices()
     out: dict[str, Any] = {}
-    for role, s in client.summary().items():
+    for role, s in now.items():
+        base = (before or {}).get(role, {})
+        s = {k: s[k] - base.get(k, 0) for k in COUNTERS}
+        if before is not None and not any(s.values()):  # a role the stages before used
+            continue
         try:
             model = run.cfg.role(role).model
         except (KeyError, ValueError, AttributeError):
@@ -47,8 +63,9 @@ def stage_spend(run: Any) -> dict[str, Any]:
     return out
 
 
-def record(run: Any, stage: str) -> dict[str, Any]:
-    """Add this process's calls under ``stage`` to the invocation's record; return the record."""
+def record(run: Any, stage: str, before: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """Add this process's calls (since ``before``) under ``stage`` to the invocation's record;
+    return the record."""
     path = run.dir / FILE
     inv = invocation_id()
     data: dict[str, Any] = {}
@@ -59,7 +76,7 @@ def record(run: Any, stage: str) -> dict[str, Any]:
             data = {}
     if data.get("id") != inv:
         data = {"id": inv, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "stages": {}}
-    data["stages"][stage] = stage_spend(run)
+    data["stages"][stage] = stage_spend(run, before)
     if run.dir.is_dir():
         write_json(path, data)
     return data
@@ -96,10 +113,13 @@ def summary(run: Any, data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def finish(run: Any, stage_id: str, *, stopped: bool = False) -> None:
-    """Record this stage's calls; print the summary when this stage ends the invocation (the
-    configured last stage, or any stage that stopped it)."""
-    data = record(run, stage_id)
+def finish(run: Any, stage_id: str, *, stopped: bool = False, before: dict[str, dict[str, int]] | None = None,
+           last: bool | None = None) -> None:
+    """Record this stage's calls (since ``before``); print the summary when this stage ends the
+    invocation: ``last`` when the caller knows (the whole-pipeline process), else the configured
+    last stage, or any stage that stopped it."""
+    data = record(run, stage_id, before)
     at = os.environ.get(ENV_SUMMARY_AT)
-    if stopped or not at or at == stage_id:
+    ends = last if last is not None else (not at or at == stage_id)
+    if stopped or ends:
         print(summary(run, data), flush=True)
