@@ -20,10 +20,13 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``), the tests that share a
     module-scoped fixture run on one worker, so the fixture (a pipeline run, a bench, a model) is
-    built once instead of once per worker; every other test goes wherever a worker is free."""
+    built once instead of once per worker; every other test goes wherever a worker is free.
+    ``tryfirst``: xdist's worker turns the group marks into node ids in its own hook of this name,
+    so the marks must be there before it runs (tests/test_suite_grouping.py checks the effect)."""
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         if info is not None and any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
