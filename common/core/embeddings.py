@@ -30,7 +30,7 @@ import numpy as np
 
 from common.core import llm as _llm  # module attribute looked up per call: tests patch embed_texts
 from common.core import onnx_embeddings as _onnx
-from common.core import progress
+from common.core import progress, sqlitedb
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -314,8 +314,7 @@ class EmbeddingCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(str(self.path), timeout=60.0)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = sqlitedb.connect(self.path, timeout=60.0)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
             with self._all_lock:

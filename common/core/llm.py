@@ -50,6 +50,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from common.core import sqlitedb
 from common.core.batch import BatchDeferred, Batcher, BatchOptions, Request
 from common.core.endpoints import BaseUrl, EndpointPool, EndpointSpec, parse_endpoints, split_env
 from common.core.lazy import lazy_module
@@ -192,8 +193,7 @@ class ResponseCache:
     def _conn(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            con.execute("PRAGMA journal_mode=WAL")
+            con = sqlitedb.connect(self.path, timeout=60, isolation_level=None)
             self._local.con = con
         return con
 

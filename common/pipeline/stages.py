@@ -220,11 +220,13 @@ def _system(run: Run) -> MemorySystem:
     """The configured memory system (``method.name``) with the harness's tools in its context."""
     cls = system_class(run.cfg.method.name)
     loaded: dict[str, Any] = {}
+    guard = threading.Lock()  # memories ingest on several threads: one embedder for all of them
 
     def embedder() -> Any:  # loaded only when some row or memory is (re)done
-        if "embedder" not in loaded:
-            loaded["embedder"] = run.embedder()
-        return loaded["embedder"]
+        with guard:
+            if "embedder" not in loaded:
+                loaded["embedder"] = run.embedder()
+            return loaded["embedder"]
 
     # Only a system that declares it (the labelled oracle) gets a way to open the gold file.
     read_gold = (lambda: {g["qid"]: from_dict(Gold, g) for g in read_jsonl(run.path("gold"))}) \
