@@ -193,7 +193,7 @@ class ResponseCache:
     def _conn(self) -> sqlite3.Connection:
         con = getattr(self._local, "con", None)
         if con is None:
-            con = sqlitedb.connect(self.path, timeout=60, isolation_level=None)
+            con = sqlitedb.connect(self.path, timeout=60, autocommit=True)
             self._local.con = con
         return con
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Optional
-
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
 
@@ -19,9 +17,10 @@ def _locked(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
 
-def connect(path: str | Path, *, timeout: float = 60.0, isolation_level: Optional[str] = "") -> sqlite3.Connection:
-    """A connection to ``path`` with WAL journaling (``isolation_level=None``: autocommit)."""
-    conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=isolation_level)
+def connect(path: str | Path, *, timeout: float = 60.0, autocommit: bool = False) -> sqlite3.Connection:
+    """A connection to ``path`` with WAL journaling (``autocommit``: no implicit transactions)."""
+    conn = (sqlite3.connect(str(path), timeout=timeout, isolation_level=None) if autocommit
+            else sqlite3.connect(str(path), timeout=timeout))
 
     @retry(retry=retry_if_exception(_locked), stop=stop_after_delay(timeout),
            wait=wait_random_exponential(multiplier=0.005, max=0.25), reraise=True)
