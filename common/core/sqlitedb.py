@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+
 from tenacity import retry, retry_if_exception, stop_after_delay, wait_random_exponential
 
 
