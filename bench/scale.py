@@ -1,13 +1,13 @@
 """`make bench-scale PRESET=s|m [LIMIT=N]`: LongMemEval-sized runs, stage by stage, vs the targets.
 
-    python -m bench.scale --preset s [--limit 20] [--latency 0.2] [--concurrency 16] [--pool 2000]
+    python -m bench.scale --preset s [--limit 20] [--latency 0.2] [--concurrency 16] [--pool 2000] [--set k=v]
     python -m bench.scale --preset m [--limit 3] [--fit-sessions 10,20,40]
 
 Data: ``bench.scale_data`` (seeded; the first N questions of a preset are the same whatever N,
 so LIMIT=N runs a prefix of the preset's 500). LongMemEval 01-09 then runs against the fake
-endpoint answering each call after L seconds, one measured process per stage (as
-``make longmemeval`` does), from empty caches in ``<out>/work-scale``, and again (the rerun must
-make 0 calls). Per stage: process and stage wall, calls, calls saved by session reuse (the
+endpoint answering each call after L seconds, one measured process per stage (each numbered
+script on its own, so that every stage has its own CPU seconds and peak RSS), from empty caches
+in ``<out>/work-scale``, and again (the rerun must make 0 calls). Per stage: process and stage wall, calls, calls saved by session reuse (the
 stage's dedup: rows done once for sessions or episodes shared between haystacks), the ratio of
 the stage wall to calls x L / concurrency, CPU seconds (user + system of the process), peak
 RSS, texts/s of the index build; disk used by the run directory and the two caches.
@@ -96,7 +96,8 @@ def one_run(opts: argparse.Namespace, server: Any, work: Path, sessions: int, li
     sets = bench_overrides(workdir=work, name=name, concurrency=opts.concurrency, base_url=server.base_url,
                            conversations=[], llm_cache=work / f"llm-{name}.sqlite",
                            embedding_cache=work / f"emb-{name}.sqlite")
-    run = PipelineRun(name=name, config=CONFIG, overrides=sets + [f"data.path={data}"], package="LongMemEval")
+    run = PipelineRun(name=name, config=CONFIG, overrides=sets + [f"data.path={data}"] + list(opts.sets),
+                      package="LongMemEval")
     print(f"bench-scale: {name}: {gen['haystack_slots']} haystack sessions ({gen['distinct_sessions']} distinct), "
           f"L={opts.latency}s, concurrency {opts.concurrency}", flush=True)
     t0 = time.perf_counter()
@@ -265,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--out", default="results/bench")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra config override for every stage (no spaces), e.g. --set embedding.runtime=onnx")
     opts = p.parse_args(argv)
     opts.pool = opts.pool or PRESETS[opts.preset][2]
     for var, value in (("TOKENIZERS_PARALLELISM", "false"), ("TRANSFORMERS_VERBOSITY", "error"),

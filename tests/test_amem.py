@@ -159,8 +159,13 @@ def _make_locomo(tmp_path, fake_server, sets, limit):
 
 def test_make_locomo_with_amem_on_conv26_end_to_end_and_a_rerun_pays_nothing(tmp_path, fake_server, real_locomo,
                                                                                monkeypatch):
-    """The real conv-26 (419 turns, every one a note), its first 15 questions, 01-09 by make."""
-    sets = amem_sets(tmp_path, real_locomo)
+    """The real conv-26 (419 turns, every one a note), its first 15 questions, 01-09 by make.
+
+    A-MEM embeds each note and each neighbour query alone (about 840 single-text encodes, half
+    of this test's time with the CPU model), so the vectors come from the fake server's
+    /v1/embeddings here; the fixture test above runs A-MEM on the CPU model."""
+    sets = amem_sets(tmp_path, real_locomo, **{"embedding.backend": "openai", "embedding.model": "fake-embed",
+                                                "embedding.base_url": fake_server.base_url})
     done = _make_locomo(tmp_path, fake_server, sets, 15)
     run_dir = tmp_path / "results" / "locomo" / "t"
     assert len(rows(run_dir / "07_answer.jsonl")) == 15

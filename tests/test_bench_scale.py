@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from bench import scale
 from bench.pipeline import PipelineRun, StageResult
@@ -74,10 +75,16 @@ def test_pipeline_run_names_the_benchmark_package():
 
 @pytest.mark.slow
 def test_tiny_bench_scale_run_end_to_end(tmp_path):
-    """Two questions x 3 sessions: every stage runs, the report has its figures, the rerun is free."""
+    """Two questions x 3 sessions: every stage runs, the report has its figures, the rerun is free.
+
+    The vectors come from the fake server's /v1/embeddings (``--set``, as tests/test_bench.py
+    does), so that no stage process pays for importing and loading the CPU model."""
     code = scale.main(["--preset", "s", "--limit", "2", "--sessions", "3", "--pool", "4", "--latency", "0.01",
-                       "--concurrency", "4", "--out", str(tmp_path)])
+                       "--concurrency", "4", "--out", str(tmp_path),
+                       "--set", "embedding.backend=openai", "--set", "embedding.model=fake-embed"])
     assert code == 0
+    (resolved,) = (tmp_path / "work-scale").rglob("config.resolved.yaml")
+    assert yaml.safe_load(resolved.read_text())["embedding"]["backend"] == "openai"  # --set reached the stages
     r = json.loads((tmp_path / "scale_s.json").read_text())
     (run,) = r["runs"]
     assert [s["stage"] for s in run["stages"]][0] == "01_preprocess" and len(run["stages"]) == 9
