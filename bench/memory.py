@@ -1,9 +1,10 @@
 """Item 4: peak resident memory of the full run's stage processes, model weights declared.
 
-`make locomo` runs one process per stage, so the run's peak is the largest stage's peak
-(``ru_maxrss`` of that process). The stages that load the embedding model hold its weights in
-that peak; their size (parameters and buffers, counted from the loaded model) is subtracted
-from those stages only, and reported beside the raw figure.
+The bench runs each stage as its own numbered script, so a stage's peak is that process's
+``ru_maxrss`` and the item reports the largest (``make locomo`` runs the stages in one process,
+whose peak is at least that: it keeps the embedding model loaded from 04 to 06). The stages that
+load the embedding model hold its weights in that peak; their size (parameters and buffers, counted
+from the loaded model) is subtracted from those stages only, and reported beside the raw figure.
 """
 from __future__ import annotations
 

@@ -3,14 +3,15 @@
     python -m bench.scale --preset s [--limit 20] [--latency 0.2] [--concurrency 16] [--pool 2000] [--set k=v]
     python -m bench.scale --preset m [--limit 3] [--fit-sessions 10,20,40]
 
-Data: ``bench.scale_data`` (seeded; the first N questions of a preset are the same whatever N,
-so LIMIT=N runs a prefix of the preset's 500). LongMemEval 01-09 then runs against the fake
-endpoint answering each call after L seconds, one measured process per stage (each numbered
-script on its own, so that every stage has its own CPU seconds and peak RSS), from empty caches
-in ``<out>/work-scale``, and again (the rerun must make 0 calls). Per stage: process and stage wall, calls, calls saved by session reuse (the
-stage's dedup: rows done once for sessions or episodes shared between haystacks), the ratio of
-the stage wall to calls x L / concurrency, CPU seconds (user + system of the process), peak
-RSS, texts/s of the index build; disk used by the run directory and the two caches.
+Data: ``bench.scale_data`` (seeded; the first N questions of a preset are the same whatever N, so
+LIMIT=N runs a prefix of the preset's 500). LongMemEval 01-09 then runs against the fake endpoint
+answering each call after L seconds, one measured process per stage (each numbered script on its
+own, so that every stage has its own CPU seconds and peak RSS), from empty caches in
+``<out>/work-scale``, and again (the rerun must make 0 calls). Per stage: process and stage wall,
+calls, calls saved by session reuse (the stage's dedup: rows done once for sessions or episodes
+shared between haystacks), the ratio of the stage wall to calls x L / concurrency, CPU seconds (user
++ system of the process), peak RSS, texts/s of the index build; disk used by the run directory and
+the two caches.
 
 Targets (preset s, 2 cores): CPU side (04 + 06 CPU seconds) under 20 minutes for the
 500 questions, peak RSS under 4 GiB, every LLM stage within 1.2 x its bound, rerun 0 calls.

@@ -208,7 +208,8 @@ def test_only_declared_entry_points_sit_outside_the_layers():
 
 
 def test_a_stage_process_imports_neither_the_llm_sdk_nor_pandas_until_it_needs_them():
-    """Every stage is its own process: importing the engine must not pay for the SDK or pandas."""
+    """A numbered script is one stage in its own process: importing the engine must not pay for
+    the SDK or pandas."""
     import subprocess
     import sys
 

@@ -73,6 +73,43 @@ def test_each_invocation_says_what_it_did_and_a_rerun_says_it_made_no_call(monke
         assert "stages: 02_episodes." in again
 
 
+def test_the_whole_pipeline_in_one_process_records_each_stages_own_calls_and_sums_up_once(
+        monkeypatch, capsys, tmp_path):
+    """``make locomo`` (``common.pipeline.run_all``): one client serves the nine stages, and each
+    stage's entry holds its own calls, not the running total; the summary is printed once."""
+    import json
+    import sys
+
+    from common.pipeline import run_all
+    from common.pipeline.graph import STAGES
+    from tests.conftest import TINY_LOCOMO, run_overrides
+    from tests.fake_openai import FakeOpenAI
+
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{"data.memories": "[tiny-1]", "run.name": "whole"})
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.delenv("OPENAI_BASE_URLS", raising=False)
+        monkeypatch.delenv("HARNESS_SUMMARY_AT", raising=False)
+        monkeypatch.setenv("HARNESS_INVOCATION", "whole-1")
+        monkeypatch.setattr(sys, "argv", ["run_all", "locomo"] + [a for s in sets for a in ("--set", s)])
+        run_all.main()
+        out = capsys.readouterr().out
+        kinds = server.counts_by_kind()
+    assert out.count("This invocation made") == 1 and out.rstrip().splitlines()[-3].startswith("This invocation")
+    assert f"This invocation made {server.request_count} new LLM calls" in out
+    record = json.loads((tmp_path / "results" / "locomo" / "whole" / "invocation.json").read_text())
+    stages = record["stages"]
+    assert list(stages) == [s.id for s in STAGES]
+    # Each role's calls sit under the one stage that made them, equal to the fake server's count.
+    per_role = {role: (stage, v["new"]) for stage, roles in stages.items() for role, v in roles.items()}
+    expected_stage = {s.role: s.id for s in STAGES if s.role}
+    assert {role: stage for role, (stage, _) in per_role.items()} == {r: expected_stage[r] for r in per_role}
+    served = {"partition": kinds.get("partition", 0), "extract": kinds.get("extract", 0),
+              "plan": kinds.get("plan", 0), "answer": kinds.get("answer", 0), "judge": kinds.get("judge_locomo", 0)}
+    assert {r: per_role[r][1] for r in served} == served
+    assert sum(v["new"] for roles in stages.values() for v in roles.values()) == server.request_count
+
+
 # ----------------------------------------------------------------------------- where things are
 USER_VARIABLES = ("CONFIG", "RUN", "MEMORIES", "LIMIT", "SET", "DRY_RUN", "LOCOMO_JSON", "LONGMEMEVAL_JSON",
                   "BEAM_DIR", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_BASE_URLS", "VENV")

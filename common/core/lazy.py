@@ -1,7 +1,7 @@
 """Modules imported on first attribute access (the standard library's ``importlib.util.LazyLoader``).
 
-Every stage is its own process, so an import that only some calls need is paid by every stage of
-every run; a lazily loaded module costs nothing until a name of it is used.
+A numbered script runs one stage in its own process, so an import that only some calls need would
+be paid by every such process; a lazily loaded module costs nothing until a name of it is used.
 """
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
 """What THIS invocation did: its new and cached LLM calls, its dollars, and where the results are.
 
-Every numbered script records its own process's calls (the shared client's counters) in
+Every stage records the calls it made (the client's counters since the stage began) in
 ``<run>/invocation.json`` under the invocation's id; ``make`` gives every stage it runs one id
-(``HARNESS_INVOCATION``, set once per ``make`` command), so ``make locomo``'s nine processes add
-up to one invocation, and a script run by hand is an invocation of its own. The last stage of
-the invocation (``HARNESS_SUMMARY_AT``, set by the full-pipeline targets; otherwise every stage)
-prints the summary in words: a rerun that made no call says so, instead of reprinting the whole
+(``HARNESS_INVOCATION``, set once per ``make`` command), so the nine stages of ``make locomo`` (one
+process, ``common.pipeline.run_all``) or the stage targets of one ``make`` command add up to one
+invocation, and a script run by hand is an invocation of its own. The last stage of
+the invocation (the whole-pipeline process's last; ``HARNESS_SUMMARY_AT`` where one ``make`` target
+runs several stage processes, as ``make judge2`` does; otherwise every stage) prints the summary in
+words: a rerun that made no call says so, instead of reprinting the whole
 ledger as if everything was paid again. The full ledger stays in ``ledger.md``/``ledger.json``.
 """
 from __future__ import annotations
