@@ -48,11 +48,15 @@ def _recount(run_dir: Path, judge: str, benchmark: str) -> dict[str, tuple[int, 
 
 
 @pytest.mark.slow
-def test_paper_targets_produce_every_table_and_figure_traceable_to_artifacts(tmp_path, fake_server, shared_embeddings):
+def test_paper_targets_produce_every_table_and_figure_traceable_to_artifacts(tmp_path, fake_server):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
     env["OPENAI_BASE_URL"] = fake_server.base_url
     results = tmp_path / "results"
-    common = [s for s in run_overrides(tmp_path, TINY_LOCOMO, **{"embedding.cache_path": shared_embeddings})
+    # Vectors from the fake server's /v1/embeddings: this test traces tables to the files behind
+    # them, and its eight pipeline processes need not each import the CPU model.
+    fake_vectors = {"embedding.backend": "openai", "embedding.model": "fake-embed",
+                    "embedding.base_url": fake_server.base_url}
+    common = [s for s in run_overrides(tmp_path, TINY_LOCOMO, **fake_vectors)
               if not s.startswith(("run.name", "data.path"))]
     judge2 = ["models.judge.model=qwen3-32B", "judge.name=qwen3-32b", f"models.judge.base_url={fake_server.base_url}"]
     subset = tmp_path / "subset.yaml"
