@@ -32,6 +32,8 @@ def pytest_collection_modifyitems(config, items):
     ``tryfirst``: xdist's worker turns the group marks into node ids in its own hook of this name,
     so the marks must be there before it runs (tests/test_suite_grouping.py checks the effect)."""
     for item in items:
+        if item.get_closest_marker("xdist_group") is not None:  # a module that names its own group
+            continue
         info = getattr(item, "_fixtureinfo", None)
         if info is not None and any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))

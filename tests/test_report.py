@@ -23,6 +23,9 @@ from common.report.html import TEMPLATES, build, main, question_data
 from tests.conftest import REPO, TINY_LOCOMO, rows
 from tests.report_runs import report_runs
 
+# The report runs (tests/report_runs.py) are made once per worker: both report modules on one.
+pytestmark = pytest.mark.xdist_group("report_runs")
+
 JUDGE = "gpt-4o-mini"
 
 

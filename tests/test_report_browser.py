@@ -19,6 +19,9 @@ from common.report.html import build
 from tests.conftest import rows
 from tests.report_runs import report_runs
 
+# The report runs (tests/report_runs.py) are made once per worker: both report modules on one.
+pytestmark = pytest.mark.xdist_group("report_runs")
+
 INSTALL = "apt-get install -y chromium chromium-driver"
 JUDGE = "gpt-4o-mini"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
