@@ -30,7 +30,12 @@ def pytest_collection_modifyitems(config, items):
     module-scoped fixture run on one worker, so the fixture (a pipeline run, a bench, a model) is
     built once instead of once per worker; every other test goes wherever a worker is free.
     ``tryfirst``: xdist's worker turns the group marks into node ids in its own hook of this name,
-    so the marks must be there before it runs (tests/test_suite_grouping.py checks the effect)."""
+    so the marks must be there before it runs (tests/test_suite_grouping.py checks the effect).
+
+    The ``slow`` tests (the end-to-end runs, 20 s to 2 min each) come first, so that the workers
+    start on them and finish together on the short ones, instead of one worker still running a
+    two-minute test while the other has run out of work."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept otherwise
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:  # a module that names its own group
             continue

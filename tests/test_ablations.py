@@ -86,6 +86,7 @@ def test_subset_with_an_unknown_id_is_refused_before_any_artifact(tmp_path):
     assert not (tmp_path / "results" / "locomo" / "t" / "01_questions.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_make_ablations_runs_every_variant_reusing_cached_work(tmp_path, fake_server):
     # The vectors come from the fake server's /v1/embeddings: what is checked here is which work
     # each variant reuses or pays for, and the one runner process need not import the CPU model.

@@ -157,6 +157,7 @@ def _make_locomo(tmp_path, fake_server, sets, limit):
     return done
 
 
+@pytest.mark.slow
 def test_make_locomo_with_amem_on_conv26_end_to_end_and_a_rerun_pays_nothing(tmp_path, fake_server, real_locomo,
                                                                                monkeypatch):
     """The real conv-26 (419 turns, every one a note), its first 15 questions, 01-09 by make.

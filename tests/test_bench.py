@@ -44,6 +44,7 @@ def _run_dir(out: Path) -> Path:
     return out / "work" / "results" / "locomo" / "full"
 
 
+@pytest.mark.slow
 def test_llm_stage_calls_and_ratios_match_the_artifacts(bench_out):
     result, run_dir = _result(bench_out), _run_dir(bench_out)
     item = result["items"]["throughput"]

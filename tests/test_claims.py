@@ -266,6 +266,7 @@ def test_make_claims_offline_skips_our_judge_and_says_so(tmp_path, monkeypatch):
     assert (tmp_path / "results" / "claims" / "claims.csv").exists()
 
 
+@pytest.mark.slow
 @needs_audit
 def test_make_claims_against_the_fake_server_rejudges_every_run_and_a_rerun_pays_nothing(tmp_path, fake_server,
                                                                                         monkeypatch):

@@ -487,6 +487,7 @@ def _env(server) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target, var, config, data, benchmark", [
     ("locomo", "CONFIG", "configs/locomo_code.yaml", TINY_LOCOMO, "locomo"),
     ("longmemeval", "LME_CONFIG", "configs/longmemeval_code.yaml", LME_TINY, "longmemeval"),

@@ -84,6 +84,7 @@ def test_mem0_runs_on_beam(tmp_path, fake_server, monkeypatch):
 CHATS = "beam-100K-1"  # one real chat (its 20 questions across the ten abilities): every stage, both runs
 
 
+@pytest.mark.slow
 def test_make_beam_end_to_end_on_the_shared_100k_tier_then_rerun_makes_zero_calls(tmp_path, fake_server):
     """EnSIMem and the full-context baseline on a real chat (eight questions), 01-09, a rerun
     that makes no call, then `make tables` with the official and corrected scores side by side.

@@ -28,6 +28,7 @@ def make_env(server) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_make_locomo_on_fixture_then_rerun_makes_zero_requests(tmp_path, fake_server, shared_embeddings):
     sets = " ".join(run_overrides(tmp_path, TINY_LOCOMO, **{"embedding.cache_path": shared_embeddings}))
     cmd = ["make", "-s", "locomo", f"PY={sys.executable}", f"SET={sets}"]

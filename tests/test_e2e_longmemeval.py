@@ -24,6 +24,7 @@ def run_stages(sets: list[str], stages: list[str] = ORDER) -> Run:
     return conftest.run_stages("configs/longmemeval.yaml", sets, stages)
 
 
+@pytest.mark.slow
 def test_make_longmemeval_on_fixture_then_rerun_makes_zero_requests(tmp_path, fake_server, shared_embeddings):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
     env["OPENAI_BASE_URL"] = fake_server.base_url

@@ -122,6 +122,7 @@ def test_mem0_answer_prompt_is_selectable_and_part_of_the_fingerprint(tmp_path, 
     assert fp[0] != fp[1]
 
 
+@pytest.mark.slow
 def test_make_locomo_with_mem0_end_to_end(tmp_path, fake_server):
     sets = " ".join(mem0_sets(tmp_path))
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
