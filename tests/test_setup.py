@@ -28,8 +28,10 @@ def _bin(tmp_path: Path, **programs: str) -> Path:
 
 def _make(tmp_path: Path, bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": str(bin_dir)}
-    env.pop("MAKEFLAGS", None)
-    env.pop("VENV", None)
+    # Under `make test PYTEST_ARGS=...` the outer make exports its command-line variables (and
+    # MAKEFLAGS): the make run here must see none of them.
+    for var in ("MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES", "MAKELEVEL", "VENV", "PYTEST_ARGS"):
+        env.pop(var, None)
     return subprocess.run([MAKE, "--no-print-directory", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=60)
 
