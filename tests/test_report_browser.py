@@ -234,6 +234,12 @@ def test_diff_view_lists_exactly_the_flipped_questions(driver, page, runs, tmp_p
     # The unchanged questions are drawn when their list is opened; together they cover every shared question.
     assert not driver.find_elements("css selector", "#diff-unchanged-body tr")
     driver.find_element("css selector", "#diff-unchanged summary").click()
+    # The <details> "toggle" event that draws them is dispatched after the click returns: wait for it.
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    shared = [q for q in a if q in b]
+    WebDriverWait(driver, 10).until(
+        lambda d: len(d.find_elements("css selector", "#diff-unchanged-body tr")) >= len(shared) - len(expected))
     same = [tr.get_attribute("data-qid") for tr in driver.find_elements("css selector", "#diff-unchanged-body tr")]
     assert sorted(same + [q for q, _ in expected]) == sorted(q for q in a if q in b)
     # Opening a flipped question shows run B's answer and label beside run A's.
