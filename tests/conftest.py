@@ -96,6 +96,13 @@ def real_locomo() -> Path:
     return REAL_LOCOMO
 
 
+def fake_vectors(base_url: str) -> dict[str, str]:
+    """Config overrides that take every vector from the fake server's /v1/embeddings: for the
+    end-to-end tests whose subject is not the embeddings, so that no process of theirs imports and
+    loads the CPU model."""
+    return {"embedding.backend": "openai", "embedding.model": "fake-embed", "embedding.base_url": base_url}
+
+
 def run_overrides(tmp_path: Path, data: Path, **extra: object) -> list[str]:
     """Config overrides that keep a test run's artifacts and caches inside tmp_path."""
     sets = {

@@ -12,7 +12,7 @@ import yaml
 from common.benchmarks import subset
 from common.core.config import ConfigError
 from common.pipeline import experiments
-from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides
+from tests.conftest import REPO, TINY_LOCOMO, fake_vectors, rows, run_overrides
 
 TINY_IDS = ["tiny-1:q0001", "tiny-1:q0002", "tiny-1:q0003", "tiny-2:q0001", "tiny-2:q0002", "tiny-2:q0003"]
 
@@ -90,9 +90,8 @@ def test_subset_with_an_unknown_id_is_refused_before_any_artifact(tmp_path):
 def test_make_ablations_runs_every_variant_reusing_cached_work(tmp_path, fake_server):
     # The vectors come from the fake server's /v1/embeddings: what is checked here is which work
     # each variant reuses or pays for, and the one runner process need not import the CPU model.
-    fake_vectors = {"embedding.backend": "openai", "embedding.model": "fake-embed",
-                    "embedding.base_url": fake_server.base_url}
-    sets = " ".join(s for s in run_overrides(tmp_path, TINY_LOCOMO, **fake_vectors) if not s.startswith("run.name"))
+    sets = " ".join(s for s in run_overrides(tmp_path, TINY_LOCOMO, **fake_vectors(fake_server.base_url))
+                    if not s.startswith("run.name"))
     cmd = ["make", "-s", "ablations", f"PY={sys.executable}", f"SUBSET={_subset(tmp_path)}", f"SET={sets}"]
     done = subprocess.run(cmd, cwd=REPO, env=_env(fake_server), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

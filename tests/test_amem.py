@@ -15,7 +15,7 @@ import pytest
 from common.core.config import load_config
 from common.pipeline import dryrun, ledger
 from common.systems.base import Found, MemorySystem, Spent
-from tests.conftest import REPO, TINY_LOCOMO, block_sockets_except, rows, run_overrides, run_stages
+from tests.conftest import REPO, TINY_LOCOMO, block_sockets_except, fake_vectors, rows, run_overrides, run_stages
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("agentic_memory") is None,
                                 reason="a-mem not installed (make install installs requirements-systems.txt)")
@@ -165,8 +165,7 @@ def test_make_locomo_with_amem_on_conv26_end_to_end_and_a_rerun_pays_nothing(tmp
     A-MEM embeds each note and each neighbour query alone (about 840 single-text encodes, half
     of this test's time with the CPU model), so the vectors come from the fake server's
     /v1/embeddings here; the fixture test above runs A-MEM on the CPU model."""
-    sets = amem_sets(tmp_path, real_locomo, **{"embedding.backend": "openai", "embedding.model": "fake-embed",
-                                                "embedding.base_url": fake_server.base_url})
+    sets = amem_sets(tmp_path, real_locomo, **fake_vectors(fake_server.base_url))
     done = _make_locomo(tmp_path, fake_server, sets, 15)
     run_dir = tmp_path / "results" / "locomo" / "t"
     assert len(rows(run_dir / "07_answer.jsonl")) == 15

@@ -12,15 +12,11 @@ from pathlib import Path
 import pytest
 
 from common.benchmarks import beam
-from tests.conftest import REPO, rows, run_overrides, run_stages
+from tests.conftest import REPO, fake_vectors, rows, run_overrides, run_stages
 from tests.conftest import STAGE_ORDER as ORDER
 from tests.test_beam import TIER, tiny_tier
 
 pytestmark = pytest.mark.skipif(not TIER.exists(), reason=f"shared BEAM data not at {TIER}")
-
-
-def _fake_embeddings(server) -> dict[str, str]:
-    return {"embedding.backend": "openai", "embedding.model": "fake-embed", "embedding.base_url": server.base_url}
 
 
 def _poison(root: Path) -> None:
@@ -54,7 +50,7 @@ def test_no_request_of_stages_02_to_07_depends_on_abilities_rubrics_or_answers(t
     sent = []
     for name, data in (("clean", clean), ("poisoned", poisoned)):
         start = len(fake_server.requests)
-        run_stages("configs/beam.yaml", run_overrides(tmp_path / name, data, **_fake_embeddings(fake_server)),
+        run_stages("configs/beam.yaml", run_overrides(tmp_path / name, data, **fake_vectors(fake_server.base_url)),
                    ORDER[:7])
         sent.append(sorted(json.dumps(b, sort_keys=True) for b in fake_server.requests[start:]))
     assert sent[0] and sent[0] == sent[1], "an ability, rubric or answer changed what the method sent"
@@ -71,7 +67,7 @@ def test_mem0_runs_on_beam(tmp_path, fake_server, monkeypatch):
     """The outside systems need nothing BEAM-specific: the speakers are the user and the assistant."""
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
     data = tiny_tier(tmp_path, chats=("3",), groups=1)
-    sets = run_overrides(tmp_path, data, **_fake_embeddings(fake_server),
+    sets = run_overrides(tmp_path, data, **fake_vectors(fake_server.base_url),
                          **{"method.name": "mem0", "data.question_limit": 2})
     run = run_stages("configs/beam.yaml", sets, ORDER[:7])
     rets = rows(run.path("retrievals"))
@@ -91,7 +87,7 @@ def test_make_beam_end_to_end_on_the_shared_100k_tier_then_rerun_makes_zero_call
     (All 20 chats: the same command without MEMORIES, measured by hand in docs/beam.md.)"""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
     env.update(OPENAI_BASE_URL=fake_server.base_url, BEAM_DIR=str(TIER), HF_HUB_OFFLINE="1")
-    fast = _fake_embeddings(fake_server)
+    fast = fake_vectors(fake_server.base_url)
     results = tmp_path / "results"
     for method in ("ensimem", "full_context"):
         sets = [s for s in run_overrides(tmp_path, TIER, **fast, **{"run.name": method, "method.name": method})
@@ -129,7 +125,7 @@ def test_baselines_on_beam_with_the_official_answer_prompt(tmp_path, fake_server
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
     data = tiny_tier(tmp_path, chats=("1",), groups=30)  # whole batches: every source_chat_id is there
     for method in ("rag_turns", "oracle"):
-        sets = run_overrides(tmp_path / method, data, **_fake_embeddings(fake_server),
+        sets = run_overrides(tmp_path / method, data, **fake_vectors(fake_server.base_url),
                              **{"method.name": method, "answer.prompt": "beam"})
         run = run_stages("configs/beam.yaml", sets, ORDER[:7])
         answers = rows(run.path("answers"))

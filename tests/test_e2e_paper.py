@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from common.pipeline import experiments
-from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides
+from tests.conftest import REPO, TINY_LOCOMO, fake_vectors, rows, run_overrides
 
 LME_TINY = REPO / "tests" / "fixtures" / "lme_tiny.json"
 TINY_IDS = ["tiny-1:q0001", "tiny-1:q0002", "tiny-1:q0003", "tiny-2:q0001", "tiny-2:q0002", "tiny-2:q0003"]
@@ -54,9 +54,7 @@ def test_paper_targets_produce_every_table_and_figure_traceable_to_artifacts(tmp
     results = tmp_path / "results"
     # Vectors from the fake server's /v1/embeddings: this test traces tables to the files behind
     # them, and its eight pipeline processes need not each import the CPU model.
-    fake_vectors = {"embedding.backend": "openai", "embedding.model": "fake-embed",
-                    "embedding.base_url": fake_server.base_url}
-    common = [s for s in run_overrides(tmp_path, TINY_LOCOMO, **fake_vectors)
+    common = [s for s in run_overrides(tmp_path, TINY_LOCOMO, **fake_vectors(fake_server.base_url))
               if not s.startswith(("run.name", "data.path"))]
     judge2 = ["models.judge.model=qwen3-32B", "judge.name=qwen3-32b", f"models.judge.base_url={fake_server.base_url}"]
     subset = tmp_path / "subset.yaml"
