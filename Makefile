@@ -60,7 +60,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam
+        baselines-beam test-slow postgres
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -231,8 +231,27 @@ doctor:  ## probe each role's endpoint before paying: model, JSON mode, json_sch
 	$(PY) -m common.pipeline.doctor --config $(CONFIG) $(if $(RUN),--set run.name=$(RUN)) $(foreach s,$(SET),--set $(s)) \
 		$(if $(PILOT),--pilot)
 
+# The tests that need minutes of set-up (a Ray cluster, a PostgreSQL server, a memory system's own
+# environment) are marked `cluster` or `systems`; `make test` leaves them to `make test-slow`.
+SLOW_MARKS = cluster or systems
+
 test: $(VENV)/.installed browser  ## the offline test-suite (installs what it needs first; a local fake OpenAI server, no key)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadgroup $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadgroup -m "not ($(SLOW_MARKS))" $(PYTEST_ARGS)
+
+test-slow: $(VENV)/.installed postgres  ## the tests with minutes of set-up: Ray clusters, PostgreSQL servers, systems' own environments
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadgroup -m "$(SLOW_MARKS)" $(PYTEST_ARGS)
+
+# The PostgreSQL tests start a real server from Debian's packages (initdb, pg_ctl as the `postgres`
+# user the package creates, on 127.0.0.1 and a free port); they fail, not skip, without it.
+POSTGRES_PACKAGES = postgresql postgresql-contrib
+postgres-missing = $(if $(wildcard /usr/lib/postgresql/*/bin/initdb),,yes)
+
+postgres:  ## PostgreSQL server binaries for the cache and systems tests: apt-get when root, else the command to run
+	$(if $(postgres-missing),@if [ "$$(id -u)" -eq 0 ]; then \
+	  echo "installing $(POSTGRES_PACKAGES) (the shared-cache and systems tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(POSTGRES_PACKAGES); \
+	else echo "the shared-cache tests need PostgreSQL's server; run:"; \
+	  echo "  sudo apt-get update -qq && sudo apt-get install -y $(POSTGRES_PACKAGES)"; exit 2; fi)
 
 bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (~8-15 min; BENCH_ARGS="--conversations conv-26")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.run --config $(CONFIG) $(BENCH_ARGS)
