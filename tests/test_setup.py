@@ -61,7 +61,41 @@ def test_make_test_with_a_fresh_stamp_does_not_install_again(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "pip install" not in out.stdout
     # The stamped venv's python runs the suite, on every core.
-    assert f"HF_HUB_OFFLINE=1 {venv}/bin/python -m pytest -q -n auto --dist loadgroup " in out.stdout.splitlines()
+    assert (f'HF_HUB_OFFLINE=1 {venv}/bin/python -m pytest -q -n auto --dist loadgroup -m "not (cluster or systems)" '
+            in out.stdout.splitlines())
+
+
+def test_make_test_slow_runs_only_the_tests_make_test_leaves_out(tmp_path):
+    """The Ray, PostgreSQL and systems' own-environment tests: `make test-slow` selects exactly the marks
+    that `make test` deselects, after installing the environment and PostgreSQL's server."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".installed").touch()
+    newer = max((REPO / f).stat().st_mtime for f in REQUIREMENTS) + 60
+    os.utime(venv / ".installed", (newer, newer))
+    bin_dir = _bin(tmp_path, chromium="true", chromedriver="true", id="echo 0")
+    out = _make(tmp_path, bin_dir, "-n", "test-slow", f"VENV={venv}")
+    assert out.returncode == 0, out.stderr
+    pytest_line = next(line for line in out.stdout.splitlines() if "-m pytest" in line)
+    assert pytest_line.strip().endswith('-m "cluster or systems"')
+    fast = _make(tmp_path, bin_dir, "-n", "test", f"VENV={venv}").stdout
+    assert '-m "not (cluster or systems)"' in fast
+    # PostgreSQL's server comes from Debian's packages when its initdb is missing.
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        assert "apt-get install -y -qq postgresql postgresql-contrib" in out.stdout
+        assert out.stdout.index("apt-get install") < out.stdout.index("-m pytest")
+
+
+def test_make_postgres_stops_with_the_command_to_run_when_not_root(tmp_path):
+    if list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        out = _make(tmp_path, _bin(tmp_path, id="echo 1000"), "postgres")
+        assert out.returncode == 0 and "apt-get" not in out.stdout  # installed: nothing to do, root or not
+        return
+    log = tmp_path / "apt.log"
+    out = _make(tmp_path, _bin(tmp_path, id="echo 1000", **{"apt-get": f'echo "$*" >> {log}'}), "postgres")
+    assert out.returncode != 0
+    assert "sudo apt-get install -y postgresql postgresql-contrib" in out.stdout
+    assert not log.exists()
 
 
 def test_make_test_installs_the_browser_packages_when_either_is_missing(tmp_path):
@@ -94,12 +128,12 @@ def test_make_browser_stops_with_the_command_to_run_when_not_root(tmp_path):
     assert _make(tmp_path, present, "browser").returncode == 0
 
 
-def test_ci_sets_up_through_make_lint_and_make_test_only():
+def test_ci_sets_up_through_make_lint_and_make_test_then_test_slow_only():
     script = (REPO / ".ci" / "run").read_text()
     commands = [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     # `make docs` is a check (the strict site build), not set-up; it needs the environment `make lint` made.
     made = [c.split()[:2] for c in commands if c.startswith("make")]
-    assert made == [["make", "lint"], ["make", "docs"], ["make", "test"]]
+    assert made == [["make", "lint"], ["make", "docs"], ["make", "test"], ["make", "test-slow"]]
     assert not any(re.search(r"\b(apt-get|pip|venv)\b", c) for c in commands if "VENV=" not in c)
 
 
