@@ -233,13 +233,16 @@ doctor:  ## probe each role's endpoint before paying: model, JSON mode, json_sch
 
 # The tests that need minutes of set-up (a Ray cluster, a PostgreSQL server, a memory system's own
 # environment) are marked `cluster` or `systems`; `make test` leaves them to `make test-slow`.
+# MARKS narrows either further (MARKS="not slow"); a -m in PYTEST_ARGS would replace the selection.
 SLOW_MARKS = cluster or systems
+MARKS ?=
+and-marks = $(if $(MARKS), and ($(MARKS)))
 
 test: $(VENV)/.installed browser  ## the offline test-suite (installs what it needs first; a local fake OpenAI server, no key)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadgroup -m "not ($(SLOW_MARKS))" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadgroup -m "not ($(SLOW_MARKS))$(and-marks)" $(PYTEST_ARGS)
 
 test-slow: $(VENV)/.installed postgres  ## the tests with minutes of set-up: Ray clusters, PostgreSQL servers, systems' own environments
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadgroup -m "$(SLOW_MARKS)" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest -q -n auto --dist loadgroup -m "($(SLOW_MARKS))$(and-marks)" $(PYTEST_ARGS)
 
 # The PostgreSQL tests start a real server from Debian's packages (initdb, pg_ctl as the `postgres`
 # user the package creates, on 127.0.0.1 and a free port); they fail, not skip, without it.

@@ -77,9 +77,12 @@ def test_make_test_slow_runs_only_the_tests_make_test_leaves_out(tmp_path):
     out = _make(tmp_path, bin_dir, "-n", "test-slow", f"VENV={venv}")
     assert out.returncode == 0, out.stderr
     pytest_line = next(line for line in out.stdout.splitlines() if "-m pytest" in line)
-    assert pytest_line.strip().endswith('-m "cluster or systems"')
+    assert pytest_line.strip().endswith('-m "(cluster or systems)"')
     fast = _make(tmp_path, bin_dir, "-n", "test", f"VENV={venv}").stdout
     assert '-m "not (cluster or systems)"' in fast
+    # MARKS narrows either selection without replacing it.
+    narrowed = _make(tmp_path, bin_dir, "-n", "test", f"VENV={venv}", "MARKS=not slow").stdout
+    assert '-m "not (cluster or systems) and (not slow)"' in narrowed
     # PostgreSQL's server comes from Debian's packages when its initdb is missing.
     if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
         assert "apt-get install -y -qq postgresql postgresql-contrib" in out.stdout
