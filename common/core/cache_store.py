@@ -27,6 +27,10 @@ from typing import Any, Iterator, Optional, Sequence
 from urllib.parse import unquote, urlsplit
 
 from common.core import sqlitedb
+from common.core.lazy import lazy_module
+
+# The PostgreSQL driver, loaded on first use: a run on SQLite files never imports it.
+psycopg: Any = lazy_module("psycopg")
 
 __all__ = ["PgLocation", "parse_url", "is_url", "redact", "open_table", "TABLES", "Table",
            "SqliteTable", "PgTable", "CacheStoreError"]
@@ -283,8 +287,6 @@ class PgTable(Table):
                 con.execute(spec.pg_ddl)
 
     def _make(self) -> Any:
-        import psycopg  # imported here: the SQLite path needs no PostgreSQL driver
-
         try:
             return psycopg.connect(self.pg.url, autocommit=True, connect_timeout=20,
                                    application_name="ensimem-cache")
@@ -359,8 +361,6 @@ class PgTable(Table):
             last = tuple(rows[-1][:len(key)])
 
     def close(self) -> None:
-        import psycopg
-
         self._conns.close_all(psycopg.Error)
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
+from common.core import cache_store
 from common.core.endpoints import parse_endpoints
 from common.core.llm import RoleSettings
 
@@ -655,10 +656,8 @@ def validate(cfg: Config) -> None:
     if cfg.systems.ingest_concurrency < 1:
         raise ConfigError("systems.ingest_concurrency: must be >= 1")
     if cfg.llm.cache_url is not None:
-        from common.core.cache_store import parse_url
-
         try:
-            parse_url(cfg.llm.cache_url, "llm.cache_url")
+            cache_store.parse_url(cfg.llm.cache_url, "llm.cache_url")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     if cfg.llm.batch_max_requests < 1:
