@@ -127,7 +127,7 @@ data/longmemeval_%.json:
 	echo "$(LME_SHA256_longmemeval_$*)  $@.part" | sha256sum -c -
 	mv $@.part $@
 
-data-beam:  ## download a BEAM tier (SIZE=100K|500K) at the pinned commit into data/beam/<SIZE>/, every sha256 checked
+data-beam:  ## download a BEAM tier (SIZE=100K|500K|1M|10M) at the pinned commit into data/beam/<SIZE>/, every file checked (sha256 or git blob id)
 	@$(PY) -m common.benchmarks.beam_data --size $(or $(SIZE),100K)
 
 beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat, MEMORIES=chat ids, SET, DRY_RUN=1)
