@@ -166,3 +166,16 @@ def test_cache_merge_both_directions_then_reruns_make_zero_calls(tmp_path, fake_
     assert _answers(tmp_path, "on-back") == _answers(tmp_path, "on-pg") == _answers(tmp_path, "sqlite")
     assert json.loads((tmp_path / "results" / "locomo" / "on-back" / "metrics.json").read_text())["judges"] == \
         json.loads((tmp_path / "results" / "locomo" / "sqlite" / "metrics.json").read_text())["judges"]
+
+
+def test_the_cache_reconnects_after_a_server_restart(pg, db):
+    """A server restart (or failover) mid-run breaks every open connection; the next read or write
+    opens a new one instead of failing the rest of the run."""
+    cache, emb = ResponseCache(db), EmbeddingCache(db)
+    cache.put("k", {"q": 1}, "before", {}, 0.0)
+    emb.put_many("ns", [("h", np.ones(4, dtype=np.float32))])
+    pg.restart()
+    assert cache.get("k")[0] == "before"
+    cache.put("k2", {"q": 2}, "after", {}, 0.0)
+    assert cache.get("k2")[0] == "after"
+    assert sorted(emb.get_many("ns", ["h"])) == ["h"]

@@ -162,9 +162,11 @@ class _PerThread:
         self._all: list[Any] = []
         self._lock = threading.Lock()
 
-    def get(self, make: Any) -> Any:
+    def get(self, make: Any, usable: Any = None) -> Any:
+        """The thread's connection; a new one when there is none, it belongs to a parent process,
+        or ``usable(conn)`` says it is no longer usable (a server restart broke it)."""
         held = getattr(self._local, "conn", None)
-        if held is None or held[0] != os.getpid():
+        if held is None or held[0] != os.getpid() or (usable is not None and not usable(held[1])):
             conn = make()
             self._local.conn = (os.getpid(), conn)
             with self._lock:
@@ -295,22 +297,28 @@ class PgTable(Table):
                                          f"{' '.join(str(exc).split())}")) from None
 
     def _conn(self) -> Any:
-        return self._conns.get(self._make)
+        return self._conns.get(self._make, lambda c: not (c.closed or c.broken))
+
+    def _read(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """A read, tried once more on a new connection when the server dropped this one (a
+        restart or failover during a long run): reads are idempotent."""
+        try:
+            rows = self._conn().execute(sql, list(params)).fetchall()
+        except psycopg.OperationalError:
+            rows = self._conn().execute(sql, list(params)).fetchall()
+        return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
 
     def exists(self) -> bool:
-        return self._conn().execute("SELECT to_regclass(%s) IS NOT NULL", (self.spec.name,)).fetchone()[0]
+        return bool(self._read("SELECT to_regclass(%s) IS NOT NULL", (self.spec.name,))[0][0])
 
     def lookup(self, columns: str, where: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return self._conn().execute(f"SELECT {columns} FROM {self.spec.name} WHERE {where.replace('?', '%s')}",
-                                    list(params)).fetchall()
+        return self._read(f"SELECT {columns} FROM {self.spec.name} WHERE {where.replace('?', '%s')}", params)
 
     def lookup_in(self, columns: str, fixed: str, fixed_value: Any, column: str,
                   values: Sequence[Any]) -> list[tuple[Any, ...]]:
         cond = f"{fixed} = %s AND " if fixed else ""
         params = ([fixed_value] if fixed else []) + [list(values)]
-        rows = self._conn().execute(f"SELECT {columns} FROM {self.spec.name} WHERE {cond}{column} = ANY(%s)",
-                                    params).fetchall()
-        return [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
+        return self._read(f"SELECT {columns} FROM {self.spec.name} WHERE {cond}{column} = ANY(%s)", params)
 
     def insert(self, rows: Sequence[tuple[Any, ...]], *, replace: bool = False) -> int:
         if not rows:
@@ -323,6 +331,12 @@ class PgTable(Table):
             conflict = "DO NOTHING"
         sql = (f"INSERT INTO {self.spec.name} ({', '.join(cols)}) VALUES ({','.join(['%s'] * len(cols))}) "
                f"ON CONFLICT ({', '.join(key)}) {conflict}")
+        try:
+            return self._insert(sql, rows)
+        except psycopg.OperationalError:  # as for reads: the statement is idempotent (ON CONFLICT)
+            return self._insert(sql, rows)
+
+    def _insert(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> int:
         con = self._conn()
         written = 0
         with con.transaction(), con.cursor() as cur:
@@ -338,7 +352,7 @@ class PgTable(Table):
 
     def count(self, where: str = "", params: Sequence[Any] = ()) -> int:
         sql = f"SELECT COUNT(*) FROM {self.spec.name}" + (f" WHERE {where.replace('?', '%s')}" if where else "")
-        return int(self._conn().execute(sql, list(params)).fetchone()[0])
+        return int(self._read(sql, params)[0][0])
 
     def scan(self, batch: int = 2000) -> Iterator[list[tuple[Any, ...]]]:
         key, cols = self.spec.key, ", ".join(self.spec.columns)
@@ -347,16 +361,13 @@ class PgTable(Table):
         last: Optional[tuple[Any, ...]] = None
         while True:
             if last is None:
-                rows = self._conn().execute(f"SELECT {cols} FROM {self.spec.name} ORDER BY {order} LIMIT %s",
-                                            (batch,)).fetchall()
+                rows = self._read(f"SELECT {cols} FROM {self.spec.name} ORDER BY {order} LIMIT %s", (batch,))
             else:
                 cmp = f"({order}) > ({', '.join(['%s'] * len(key))})"
-                rows = self._conn().execute(
-                    f"SELECT {cols} FROM {self.spec.name} WHERE {cmp} ORDER BY {order} LIMIT %s",
-                    (*last, batch)).fetchall()
+                rows = self._read(f"SELECT {cols} FROM {self.spec.name} WHERE {cmp} ORDER BY {order} LIMIT %s",
+                                  (*last, batch))
             if not rows:
                 return
-            rows = [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in rows]
             yield rows
             last = tuple(rows[-1][:len(key)])
 
