@@ -3,6 +3,7 @@ PostgreSQL URL and its secret, the SQLite store's unchanged files, and merging S
 The PostgreSQL store itself runs against a real server in tests/test_pg_cache.py (make test-slow)."""
 from __future__ import annotations
 
+import pickle
 import sqlite3
 import subprocess
 import sys
@@ -95,6 +96,18 @@ def test_an_old_cache_file_without_latency_still_opens(tmp_path):
     con.commit()
     con.close()
     assert ResponseCache(str(path)).get("k") == ("r", {"prompt_tokens": 1}, 0.0)
+
+
+def test_caches_travel_to_another_process_as_their_location(tmp_path):
+    """A cache pickled for another process (a Ray task) arrives as its location and mode and opens
+    its own connections there (a connection itself cannot be pickled)."""
+    llm = ResponseCache(str(tmp_path / "llm.sqlite"), "ro")
+    emb = EmbeddingCache(tmp_path / "emb.sqlite")
+    _llm(tmp_path / "llm.sqlite", ["k"], "r")
+    emb.put_many("ns", [("h", np.ones(4, dtype=np.float32))])
+    llm2, emb2 = pickle.loads(pickle.dumps(llm)), pickle.loads(pickle.dumps(emb))
+    assert (llm2.path, llm2.mode) == (llm.path, "ro") and llm2.get("k")[0] == "r-k"
+    assert sorted(emb2.get_many("ns", ["h"])) == ["h"]
 
 
 # --------------------------------------------------------------------------- merging

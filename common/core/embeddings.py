@@ -303,6 +303,10 @@ class EmbeddingCache:
         self._table = cache_store.open_table(self.path, "embeddings", synchronous_normal=True) if not self.shared \
             else cache_store.open_table(self.path, "embeddings")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent to another process (a Ray task) as its location: the receiver opens its own connections.
+        return (type(self), (self.path,))
+
     def get_many(self, namespace: str, hashes: Sequence[str],
                  dim: Optional[int] = None) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}

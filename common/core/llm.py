@@ -187,6 +187,10 @@ class ResponseCache:
                 os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._table = cache_store.open_table(path, "responses")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent to another process (a Ray task) as its location: the receiver opens its own connections.
+        return (type(self), (self.path, self.mode))
+
     def _conn(self) -> sqlite3.Connection:
         """The calling thread's SQLite connection (a file cache only)."""
         if not isinstance(self._table, cache_store.SqliteTable):
