@@ -34,6 +34,9 @@ JUDGE ?=
 JUDGE_B ?=
 JSON ?=
 FILE ?=
+FROM ?=
+TO ?=
+CACHE ?=
 FORMAT ?=
 CLAIM ?=
 NO_REJUDGE ?=
@@ -60,7 +63,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres
+        baselines-beam test-slow postgres cache-merge
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -74,6 +77,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
 #: OPENAI_API_KEY    the key of OpenAI (or of any endpoint that wants one); from the environment only
 #: OPENAI_BASE_URL   an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp)
+#: PGPASSWORD        the password of a PostgreSQL cache (llm.cache_url); from the environment only
 #: OPENAI_BASE_URLS  several replicas of one model, comma-separated (per-role: models.<role>.base_url)
 #: VENV              the virtual environment (default .venv; made by make install / make demo)
 help:  ## list targets, then the variables a user sets
@@ -123,7 +127,7 @@ data/longmemeval_%.json:
 	echo "$(LME_SHA256_longmemeval_$*)  $@.part" | sha256sum -c -
 	mv $@.part $@
 
-data-beam:  ## download a BEAM tier (SIZE=100K|500K) at the pinned commit into data/beam/<SIZE>/, every sha256 checked
+data-beam:  ## download a BEAM tier (SIZE=100K|500K|1M|10M) at the pinned commit into data/beam/<SIZE>/, every file checked (sha256 or git blob id)
 	@$(PY) -m common.benchmarks.beam_data --size $(or $(SIZE),100K)
 
 beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat, MEMORIES=chat ids, SET, DRY_RUN=1)
@@ -255,6 +259,10 @@ postgres:  ## PostgreSQL server binaries for the cache and systems tests: apt-ge
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(POSTGRES_PACKAGES); \
 	else echo "the shared-cache tests need PostgreSQL's server; run:"; \
 	  echo "  sudo apt-get update -qq && sudo apt-get install -y $(POSTGRES_PACKAGES)"; exit 2; fi)
+
+cache-merge:  ## merge cache rows by key, never overwriting: FROM=<file, dir/ or postgresql:// url> TO=<same> [CACHE=llm|embeddings]
+	@test -n "$(FROM)" -a -n "$(TO)" || (echo "set FROM=<sqlite file, cache dir/ or postgresql://user@host:port/db> TO=<same>"; exit 2)
+	$(PY) -m common.core.cache_merge $(FROM) $(TO) $(if $(CACHE),--cache $(CACHE))
 
 bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (~8-15 min; BENCH_ARGS="--conversations conv-26")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.run --config $(CONFIG) $(BENCH_ARGS)

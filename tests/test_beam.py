@@ -183,12 +183,59 @@ def test_bad_file_through_01_keeps_the_earlier_run(tmp_path, monkeypatch, capsys
 
 
 # ----------------------------------------------------------------------------- make data-beam
-@pytest.mark.parametrize(("size", "reason"), [("1M", "9 of its 35 chats"), ("10M", "no chats"), ("2K", "unknown")])
-def test_data_beam_refuses_incomplete_or_unknown_tiers_in_one_line(tmp_path, capsys, size, reason):
+@pytest.mark.parametrize("size", ["2K", "1m", "20M"])
+def test_data_beam_refuses_unknown_tiers_in_one_line(tmp_path, capsys, size):
     assert beam_data.main(["--size", size, "--out", str(tmp_path), "--base-url", "http://127.0.0.1:9"]) == 1
     err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and reason in err and f"SIZE={size}" in err
+    assert len(err.splitlines()) == 1 and "unknown BEAM tier; expected 100K, 500K, 1M or 10M" in err
+    assert f"SIZE={size}" in err
     assert not any(tmp_path.iterdir())
+
+
+def test_the_1m_and_10m_lists_name_every_chat_of_the_pinned_tree():
+    """1M: 35 chats (16 with chat_trunecated.json, which the official runner prefers); 10M: 10 chats,
+    each read from chat_trunecated.json. Each file once, with a sha256 or a git blob id."""
+    for size, chats, truncated in (("1M", 35, 16), ("10M", 10, 10)):
+        rows = beam_data.checksums(size)
+        by_chat: dict[str, list[str]] = {}
+        for digest, rel in rows:
+            tier, chat, *rest = rel.split("/")
+            assert tier == size and len(digest) in (40, 64)
+            by_chat.setdefault(chat, []).append("/".join(rest))
+        assert sorted(by_chat, key=int) == [str(i) for i in range(1, chats + 1)]
+        for files in by_chat.values():
+            assert len(files) == 2 and files[1] == "probing_questions/probing_questions.json"
+            assert files[0] in ("chat.json", "chat_trunecated.json")
+        assert sum(f[0] == "chat_trunecated.json" for f in by_chat.values()) == truncated
+        # The probing questions were all hashed; only chat files too large for the snapshot keep a blob id.
+        assert all(len(d) == 64 for d, rel in rows if rel.endswith("probing_questions.json"))
+    assert sum(len(d) == 40 for d, _ in beam_data.checksums("1M")) == 26
+    assert all(len(d) == 40 for d, rel in beam_data.checksums("10M") if "chat" in rel.split("/")[2])
+
+
+def test_a_git_blob_id_checks_a_file_as_git_does(tmp_path):
+    f = tmp_path / "x"
+    f.write_bytes(b"hello\n")  # `git hash-object` of this content
+    assert beam_data.file_digest(f, "git blob id") == "ce013625030ba8dba906f756967f9e9ca394464a"
+    assert beam_data.digest_kind("ce013625030ba8dba906f756967f9e9ca394464a") == "git blob id"
+    assert beam_data.file_digest(f, "sha256") == hashlib.sha256(b"hello\n").hexdigest()
+
+
+def test_data_beam_checks_files_listed_by_git_blob_id(tmp_path, capsys, monkeypatch):
+    mirror = tmp_path / "mirror" / "1M" / "4"
+    mirror.mkdir(parents=True)
+    (mirror / "chat.json").write_bytes(b"[]\n")
+    blob = hashlib.sha1(b"blob 3\0[]\n").hexdigest()
+    monkeypatch.setattr(beam_data, "checksums", lambda size: [(blob, "1M/4/chat.json")])
+    out = tmp_path / "data"
+    assert beam_data.main(["--size", "1M", "--out", str(out), "--base-url", f"file://{tmp_path / 'mirror'}"]) == 0
+    assert "1 file(s) downloaded" in capsys.readouterr().out and (out / "1M/4/chat.json").read_bytes() == b"[]\n"
+    assert beam_data.download("1M", out, "file:///nonexistent") == 0  # kept: its blob id matches
+    (mirror / "chat.json").write_bytes(b"{}\n")
+    (out / "1M/4/chat.json").unlink()
+    with pytest.raises(beam_data.DownloadError, match=rf"git blob id [0-9a-f]{{40}} differs from {blob}"):
+        beam_data.download("1M", out, f"file://{tmp_path / 'mirror'}")
+    assert not (out / "1M/4/chat.json").exists()
 
 
 def test_data_beam_offline_fails_with_one_clear_line(tmp_path, capsys):
@@ -201,11 +248,11 @@ def test_data_beam_offline_fails_with_one_clear_line(tmp_path, capsys):
 
 
 def test_make_data_beam_is_wired_to_the_downloader(tmp_path):
-    proc = subprocess.run(["make", "-s", "data-beam", "SIZE=10M", f"PY={sys.executable}"], cwd=REPO,
+    proc = subprocess.run(["make", "-s", "data-beam", "SIZE=2K", f"PY={sys.executable}"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     ours = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
-    assert ours == [f"data-beam: SIZE=10M: {beam_data.REFUSED['10M']}"]
+    assert ours == ["data-beam: SIZE=2K: unknown BEAM tier; expected 100K, 500K, 1M or 10M"]
 
 
 def test_data_beam_checks_every_sha256_and_keeps_good_files(tmp_path, capsys, monkeypatch):

@@ -61,7 +61,8 @@ ABSTENTION = "abstention"
 ANSWER_KEYS: tuple[str, ...] = ("answer", "ideal_response", "ideal_answer", "ideal_summary", "expected_compliance")
 ROLES: tuple[str, ...] = ("user", "assistant")
 SPEAKERS: list[str] = ["user", "assistant"]
-# The tiers make data-beam downloads; 1M and 10M are incomplete in the release.
+# The tiers a run reads (data.tier). make data-beam also downloads 1M and 10M, but their largest
+# chat files are listed by git blob id, not the sha256 the dataset check compares (checksums.py).
 TIERS: tuple[str, ...] = ("100K", "500K")
 CHAT_FILES: tuple[str, ...] = ("chat_trunecated.json", "chat.json")  # the official runner's preference
 QUESTIONS_FILE = Path("probing_questions") / "probing_questions.json"

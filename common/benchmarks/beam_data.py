@@ -1,9 +1,12 @@
-"""``make data-beam SIZE=100K|500K``: download a BEAM tier at the pinned commit and check every sha256.
+"""``make data-beam SIZE=100K|500K|1M|10M``: download a BEAM tier at the pinned commit, every file checked.
 
 Each file named in ``configs/beam_sha256/<SIZE>.txt`` (per chat the file the official runner
 reads, and its probing questions) is fetched with curl from raw.githubusercontent.com into
-``data/beam/<SIZE>/``; a file already there with the right sha256 is kept. Every failure is one
-line: an unknown or incomplete tier, no network, a checksum mismatch.
+``data/beam/<SIZE>/``; a file already there with the right digest is kept. A file's digest is
+its sha256 (64 hex digits) where the file could be hashed when the list was made, else its git
+blob id from the pinned tree (40 hex digits: sha1 of ``"blob <length>\0"`` + the content), which
+identifies the content just as well. Every failure is one line: an unknown tier, no network, a
+digest mismatch.
 
     python -m common.benchmarks.beam_data --size 100K [--out data/beam] [--base-url URL]
 """
@@ -22,11 +25,8 @@ from common.core.config import resolve_path
 COMMIT = "b2a3ee8ba12d68f83143dda191097dc3e028ddd3"
 BASE_URL = f"https://raw.githubusercontent.com/mohammadtavakoli78/BEAM/{COMMIT}/chats"
 SUMS_DIR = "configs/beam_sha256"
-# Tiers the release does not hold completely: refused with the reason.
-REFUSED = {
-    "1M": "the 1M tier is incomplete in the BEAM repository (9 of its 35 chats); only 100K and 500K can be run",
-    "10M": "the 10M tier has no chats in the BEAM repository; only 100K and 500K can be run",
-}
+TIERS = ("100K", "500K", "1M", "10M")
+_CHUNK = 1 << 20
 
 
 class DownloadError(RuntimeError):
@@ -34,33 +34,51 @@ class DownloadError(RuntimeError):
 
 
 def checksums(size: str) -> list[tuple[str, str]]:
-    """``(sha256, path under chats/)`` of every file of the tier, from the committed checksum file."""
-    if size in REFUSED:
-        raise DownloadError(f"SIZE={size}: {REFUSED[size]}")
+    """``(digest, path under chats/)`` of every file of the tier, from the committed checksum file;
+    a digest is a sha256 or a git blob id (``digest_kind``)."""
     path = resolve_path(f"{SUMS_DIR}/{size}.txt")
-    if not path.exists():
-        raise DownloadError(f"SIZE={size}: unknown BEAM tier; expected 100K or 500K")
+    if size not in TIERS or not path.exists():
+        raise DownloadError(f"SIZE={size}: unknown BEAM tier; expected {', '.join(TIERS[:-1])} or {TIERS[-1]}")
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         parts = line.split()
-        if len(parts) != 2 or len(parts[0]) != 64:
-            raise DownloadError(f"{path}: line {n}: expected '<sha256>  <path>'")
+        if len(parts) != 2 or len(parts[0]) not in (40, 64) or any(c not in "0123456789abcdef" for c in parts[0]):
+            raise DownloadError(f"{path}: line {n}: expected '<sha256 or git blob id>  <path>'")
         rows.append((parts[0], parts[1]))
     return rows
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def digest_kind(digest: str) -> str:
+    """``sha256`` (64 hex digits) or ``git blob id`` (40)."""
+    return "sha256" if len(digest) == 64 else "git blob id"
+
+
+def file_digest(path: Path, kind: str) -> str:
+    """The file's sha256, or its git blob id (sha1 over ``blob <length>\0`` and the content),
+    read in chunks: a 10M chat file is far larger than the rest."""
+    if kind == "sha256":
+        h = hashlib.sha256()
+    else:
+        h = hashlib.sha1(usedforsecurity=False)
+        h.update(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _matches(path: Path, digest: str) -> bool:
+    return file_digest(path, digest_kind(digest)) == digest
 
 
 def download(size: str, out: Path, base_url: str = BASE_URL) -> int:
     """Fetch the missing or changed files of ``size`` into ``out/<size>/``; returns how many were fetched."""
     fetched = 0
-    for sha, rel in checksums(size):
+    for digest, rel in checksums(size):
         target = out / rel
-        if target.is_file() and _sha256(target) == sha:
+        if target.is_file() and _matches(target, digest):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         part = target.with_name(target.name + ".part")
@@ -71,10 +89,11 @@ def download(size: str, out: Path, base_url: str = BASE_URL) -> int:
             part.unlink(missing_ok=True)
             reason = (done.stderr.strip().splitlines() or [f"curl exit {done.returncode}"])[-1]
             raise DownloadError(f"cannot download {url} (offline?): {reason}")
-        got = _sha256(part)
-        if got != sha:
+        kind = digest_kind(digest)
+        got = file_digest(part, kind)
+        if got != digest:
             part.unlink(missing_ok=True)
-            raise DownloadError(f"{url}: sha256 {got} differs from {sha} ({SUMS_DIR}/{size}.txt)")
+            raise DownloadError(f"{url}: {kind} {got} differs from {digest} ({SUMS_DIR}/{size}.txt)")
         part.replace(target)
         fetched += 1
     return fetched
@@ -82,7 +101,7 @@ def download(size: str, out: Path, base_url: str = BASE_URL) -> int:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m common.benchmarks.beam_data", description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", default="100K", help="100K or 500K (1M and 10M are refused)")
+    p.add_argument("--size", default="100K", help=" | ".join(TIERS))
     p.add_argument("--out", default="data/beam", help="the tier folder is written below it")
     p.add_argument("--base-url", default=os.environ.get("BEAM_URL") or BASE_URL)
     a = p.parse_args(argv)
@@ -91,7 +110,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except DownloadError as exc:
         print(f"data-beam: {exc}", file=sys.stderr)
         return 1
-    print(f"data-beam: {a.out}/{a.size}: {n} file(s) downloaded, all sha256 checked")
+    print(f"data-beam: {a.out}/{a.size}: {n} file(s) downloaded, every file checked (sha256 or git blob id)")
     return 0
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
+from common.core import cache_store
 from common.core.endpoints import parse_endpoints
 from common.core.llm import RoleSettings
 
@@ -120,6 +121,10 @@ class LLMConfig:
     concurrency: int = 16  # requests in flight per endpoint (unless the endpoint sets its own)
     cache_path: str = ".cache/llm.sqlite"
     cache_mode: Literal["rw", "ro", "off", "refresh"] = "rw"
+    # postgresql://user@host:port/dbname: the LLM and embedding caches live in that database, read
+    # and written live by every worker (instead of cache_path and embedding.cache_path). No password
+    # here: libpq reads PGPASSWORD or ~/.pgpass.
+    cache_url: Optional[str] = None
     max_attempts: int = 6
     initial_wait: float = 1.0
     max_wait: float = 30.0
@@ -650,6 +655,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm.concurrency: must be >= 1")
     if cfg.systems.ingest_concurrency < 1:
         raise ConfigError("systems.ingest_concurrency: must be >= 1")
+    if cfg.llm.cache_url is not None:
+        try:
+            cache_store.parse_url(cfg.llm.cache_url, "llm.cache_url")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if cfg.llm.batch_max_requests < 1:
         raise ConfigError("llm.batch_max_requests: must be >= 1")
     if cfg.judge.runs < 1:

@@ -2,7 +2,7 @@
 
 ``Embedder.from_config(cfg)`` builds an embedder from any object with the attributes
 ``backend`` ("sentence-transformers" | "openai"), ``model``, ``device``, ``batch_size``,
-``max_length``, ``cache_path`` (sqlite file, "" for none) and ``base_url`` (openai only).
+``max_length``, ``cache_path`` (sqlite file or postgresql:// URL, "" for none) and ``base_url`` (openai only).
 
 ``Embedder.encode(texts)`` returns a float32 array of shape ``(len(texts), dim)`` whose rows
 have unit L2 norm, in input order. Vectors are cached in sqlite under ``model_id`` (model +
@@ -20,7 +20,6 @@ import dataclasses
 import functools
 import hashlib
 import logging
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -28,9 +27,9 @@ from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
+from common.core import cache_store, progress
 from common.core import llm as _llm  # module attribute looked up per call: tests patch embed_texts
 from common.core import onnx_embeddings as _onnx
-from common.core import progress, sqlitedb
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -55,7 +54,6 @@ PROGRESS_BAR_MIN_TEXTS = progress.MIN_ENCODE_TEXTS
 # A second intra-op thread cannot speed them up, but makes each encode wait for a core that
 # another process holds: on a loaded 2-core machine 06 ran 4-6x slower (make bench, item 2).
 SINGLE_THREAD_MAX_TEXTS = 32
-_SQL_CHUNK = 500
 
 
 def text_hash(text: str) -> str:
@@ -295,76 +293,44 @@ class OpenAIEmbeddingBackend:
 
 
 class EmbeddingCache:
-    """sqlite store of float32 vectors by (namespace, sha256 of text); one connection per thread."""
+    """Store of float32 vectors by (namespace, sha256 of text): a SQLite file, or a PostgreSQL
+    database shared by every worker when ``path`` is a ``postgresql://`` URL
+    (common/core/cache_store.py); one connection per thread."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
-        conn = self._conn()
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS embeddings ("
-            " namespace TEXT NOT NULL, text_hash TEXT NOT NULL, vec BLOB NOT NULL,"
-            " PRIMARY KEY (namespace, text_hash))"
-        )
-        conn.commit()
+        self.shared = cache_store.is_url(str(path))
+        self.path: str | Path = str(path) if self.shared else Path(path)
+        self._table = cache_store.open_table(self.path, "embeddings", synchronous_normal=True) if not self.shared \
+            else cache_store.open_table(self.path, "embeddings")
 
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlitedb.connect(self.path, timeout=60.0)
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-            with self._all_lock:
-                self._all.append(conn)
-        return conn
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent to another process (a Ray task) as its location: the receiver opens its own connections.
+        return (type(self), (self.path,))
 
     def get_many(self, namespace: str, hashes: Sequence[str],
                  dim: Optional[int] = None) -> dict[str, np.ndarray]:
-        conn = self._conn()
         found: dict[str, np.ndarray] = {}
         unique = list(dict.fromkeys(hashes))
-        for start in range(0, len(unique), _SQL_CHUNK):
-            chunk = unique[start:start + _SQL_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            cur = conn.execute(
-                f"SELECT text_hash, vec FROM embeddings WHERE namespace = ? AND text_hash IN ({marks})",
-                [namespace, *chunk],
-            )
-            for h, blob in cur:
-                vec = np.frombuffer(blob, dtype=np.float32)
-                if dim is not None and vec.shape[0] != dim:
-                    continue  # stale row of another shape: recompute
-                found[h] = vec
+        for h, blob in self._table.lookup_in("text_hash, vec", "namespace", namespace, "text_hash", unique):
+            vec = np.frombuffer(blob, dtype=np.float32)
+            if dim is not None and vec.shape[0] != dim:
+                continue  # stale row of another shape: recompute
+            found[h] = vec
         return found
 
     def put_many(self, namespace: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
-        conn = self._conn()
         rows = [(namespace, h, np.asarray(v, dtype=np.float32).tobytes()) for h, v in items]
-        with conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO embeddings (namespace, text_hash, vec) VALUES (?, ?, ?)",
-                rows,
-            )
+        # A SQLite file keeps its historical write (replace); the shared store keeps the first
+        # worker's row (ON CONFLICT DO NOTHING), which other workers may already have read.
+        self._table.insert(rows, replace=not self.shared)
 
     def count(self, namespace: Optional[str] = None) -> int:
-        conn = self._conn()
         if namespace is None:
-            return conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
-        return conn.execute("SELECT COUNT(*) FROM embeddings WHERE namespace = ?",
-                            (namespace,)).fetchone()[0]
+            return self._table.count()
+        return self._table.count("namespace = ?", (namespace,))
 
     def close(self) -> None:
-        with self._all_lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            try:
-                conn.close()
-            except sqlite3.ProgrammingError:  # made in another thread that is still alive
-                pass
-        self._local = threading.local()
+        self._table.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,7 +384,9 @@ class Embedder:
                     model, device=getattr(cfg, "device", "cpu") or "cpu",
                     batch_size=batch_size, max_length=max_length)
             else:
-                export_dir = Path(cache_path).parent / "onnx" if cache_path else Path(".cache/onnx")
+                # Beside the cache file; a shared cache (a URL) has no directory here.
+                export_dir = (Path(cache_path).parent / "onnx" if cache_path and not cache_store.is_url(cache_path)
+                              else Path(".cache/onnx"))
                 backend = OnnxBackend(model, export_dir, quantized=runtime == "onnx-int8",
                                       batch_size=batch_size, max_length=max_length)
         elif backend_name == "openai":

@@ -50,7 +50,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from common.core import sqlitedb
+from common.core import cache_store
 from common.core.batch import BatchDeferred, Batcher, BatchOptions, Request
 from common.core.endpoints import BaseUrl, EndpointPool, EndpointSpec, parse_endpoints, split_env
 from common.core.lazy import lazy_module
@@ -171,48 +171,49 @@ def cache_key(payload: dict[str, Any]) -> str:
 
 
 class ResponseCache:
-    """SQLite (WAL) store of request -> reply; one connection per thread."""
+    """Store of request -> reply: a SQLite (WAL) file, or a PostgreSQL database shared by every
+    worker when ``path`` is a ``postgresql://`` URL (common/core/cache_store.py); one connection per thread."""
 
     def __init__(self, path: str, mode: str = "rw"):
         if mode not in ("rw", "ro", "off", "refresh"):
             raise ValueError(f"llm.cache_mode must be rw|ro|off|refresh, got {mode!r}")
         self.path, self.mode = path, mode
-        self._local = threading.local()
+        # The shared store never lets a later writer replace a row other workers may already have
+        # used (ON CONFLICT DO NOTHING), except to refresh; a SQLite file keeps its historical write.
+        self.shared = cache_store.is_url(path)
+        self._table: Optional[cache_store.Table] = None
         if mode != "off":
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with self._conn() as con:
-                con.execute(
-                    "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, request TEXT,"
-                    " response TEXT, usage TEXT, created REAL, latency REAL)"
-                )
-                # Caches made before latency was kept gain the column (NULL = unknown, read as 0).
-                cols = {r[1] for r in con.execute("PRAGMA table_info(responses)")}
-                if "latency" not in cols:
-                    con.execute("ALTER TABLE responses ADD COLUMN latency REAL")
+            if not self.shared:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._table = cache_store.open_table(path, "responses")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Sent to another process (a Ray task) as its location: the receiver opens its own connections.
+        return (type(self), (self.path, self.mode))
 
     def _conn(self) -> sqlite3.Connection:
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlitedb.connect(self.path, timeout=60, autocommit=True)
-            self._local.con = con
-        return con
+        """The calling thread's SQLite connection (a file cache only)."""
+        if not isinstance(self._table, cache_store.SqliteTable):
+            raise TypeError(f"the cache {self.path} is not a SQLite file")
+        return self._table._conn()
 
     def get(self, key: str) -> Optional[tuple[str, dict[str, int], float]]:
         """(reply, usage, latency of the original call) or None."""
-        if self.mode in ("off", "refresh"):
+        if self.mode in ("off", "refresh") or self._table is None:
             return None
-        row = self._conn().execute(
-            "SELECT response, usage, latency FROM responses WHERE key=?", (key,)
-        ).fetchone()
-        return (row[0], json.loads(row[1]), float(row[2] or 0.0)) if row else None
+        rows = self._table.lookup("response, usage, latency", "key=?", (key,))
+        return (rows[0][0], json.loads(rows[0][1]), float(rows[0][2] or 0.0)) if rows else None
 
     def put(self, key: str, request: dict[str, Any], response: str, usage: dict[str, int], latency: float = 0.0):
-        if self.mode in ("off", "ro"):
+        if self.mode in ("off", "ro") or self._table is None:
             return
-        self._conn().execute(
-            "INSERT OR REPLACE INTO responses (key, request, response, usage, created, latency) VALUES (?,?,?,?,?,?)",
-            (key, json.dumps(request, ensure_ascii=False), response, json.dumps(usage), time.time(), latency),
-        )
+        self._table.insert(
+            [(key, json.dumps(request, ensure_ascii=False), response, json.dumps(usage), time.time(), latency)],
+            replace=self.mode == "refresh" or not self.shared)
+
+    def close(self) -> None:
+        if self._table is not None:
+            self._table.close()
 
 
 # --------------------------------------------------------------------------- stats

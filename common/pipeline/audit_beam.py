@@ -51,8 +51,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(json.dumps(beam.judge_calls(golds, opts.fill_question)))
             return 0
         c = cfg.llm
-        client = LLMClient({"judge": cfg.role("judge")}, cache=ResponseCache(str(resolve_path(c.cache_path)),
-                                                                             c.cache_mode),
+        cache = ResponseCache(c.cache_url or str(resolve_path(c.cache_path)), c.cache_mode)
+        client = LLMClient({"judge": cfg.role("judge")}, cache=cache,
                            retry=RetryPolicy(c.max_attempts, c.initial_wait, c.max_wait), concurrency=c.concurrency)
         client.check_endpoints(("judge",))
         rows = run_audit(client, cfg.judge.name, golds, opts)

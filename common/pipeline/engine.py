@@ -64,7 +64,7 @@ class Run:
             c = self.cfg.llm
             self._client = LLMClient(
                 {r: self.cfg.role(r) for r in ROLES},
-                cache=ResponseCache(str(resolve_path(c.cache_path)), c.cache_mode),
+                cache=ResponseCache(c.cache_url or str(resolve_path(c.cache_path)), c.cache_mode),
                 retry=RetryPolicy(c.max_attempts, c.initial_wait, c.max_wait),
                 concurrency=c.concurrency,
                 cooldown=c.endpoint_cooldown,
@@ -84,7 +84,8 @@ class Run:
 
     def embedder(self) -> Any:
         emb = self.cfg.embedding
-        cache = str(resolve_path(emb.cache_path)) if emb.cache_path else ""
+        # llm.cache_url holds both caches (a shared database); else the embedding cache's own file.
+        cache = self.cfg.llm.cache_url or (str(resolve_path(emb.cache_path)) if emb.cache_path else "")
         return Embedder.from_config(dataclasses.replace(emb, cache_path=cache))
 
 
