@@ -395,3 +395,15 @@ def test_the_code_config_turns_on_every_authors_version_and_the_paper_configs_no
         assert rows[name], name
     switched = {k.rsplit(".", 1)[1] for s in rows.values() for k in s}
     assert set(NEW_KEYS) | {"broad_state_lookup", "draft_prompt", "keep_whole_point"} <= switched
+
+
+def test_the_docs_name_every_new_key():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    design, published = (docs / "design-decisions.md").read_text(), (docs / "published-numbers.md").read_text()
+    for key in [*NEW_KEYS, "broad_state_lookup", "draft_prompt", "keep_whole_point"]:
+        assert key in design and key in published, key
+    assert "the one generic rule" not in design  # keep_top_dense is not the only generic LongMemEval rule
+    sources = (Path(__file__).resolve().parents[1] / "common" / "prompts" / "SOURCES.md").read_text()
+    assert "`code_rules.answer_draft_system` | the authors' code, LongMemEval FINAL draft system prompt" in sources
