@@ -178,7 +178,8 @@ def _yoga_items(kind: str, text: str) -> Optional[dict[str, Any]]:
                 "items": [{"episode_id": e, "item": "yoga class", "quantity": 1, "unit": "class",
                            "quote": "I went to a yoga class tonight"} for e in eids]}
     if kind == "answer_count_merge":  # three instances, no duplicate
-        return {"items": [{"id": i, "in_scope": True, "duplicate_of": ""} for i in re.findall(r"^(\w+) \|", text, re.M)]}
+        ids = re.findall(r"^(\w+) \|", text, re.M)
+        return {"items": [{"id": i, "in_scope": True, "duplicate_of": ""} for i in ids]}
     return None
 
 

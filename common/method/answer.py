@@ -10,6 +10,9 @@ time answer target) is never reranked (``answer.rerank_keep_all``), so no count 
 ``answer.draft: json`` makes the answer call the authors' LongMemEval JSON draft (role
 ``answer_draft``, its own token budget); ``answer.verify_personal`` keeps the verify step from
 cutting a suggestion fitted to the user (decided from the question's wording) to the shortest form.
+``answer.draft_prompt: longmemeval`` gives the JSON draft the authors' LongMemEval draft system prompt
+instead of the set's answer rules; ``answer.keep_whole_point`` skips the rerank for the point plans the
+authors keep whole (temporal point plans, latest/previous wording, direct lookups about the user).
 ``answer.routes.*`` (common.method.routes) run before both: guards on the buffer, and the counting
 and temporal ledgers, whose answer (when they compute one) replaces the answer call.
 """

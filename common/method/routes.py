@@ -21,6 +21,15 @@ Each route is chosen by the question's own wording or by the plan, never by a be
 
 A route that cannot compute an answer falls back to the ordinary answer call (with the checked
 ledger lines put before the episodes); everything it did is recorded in the row's ``steps``.
+
+The authors' versions of these parts are switches too (all on in configs/longmemeval_code.yaml):
+``date_window_dates`` (add the episodes of the days the question names), ``user_overlap_temporal_max``
+/ ``user_overlap_below`` (their two limits and candidate condition), ``count_dedup: duplicate_of``,
+``count_complete_gate``, ``count_cumulative``, ``count_reference_event`` (one call, role
+``answer_count``), ``temporal_answer_call`` (ledger-answer call, evidence gate, one citation repair,
+role ``answer_temporal``), ``temporal_completed_upgrade``, ``age_chain`` (anchor age +/- offset, role
+``answer_temporal``), ``tenure_duration``, ``order_move_rows`` and ``order_bare_last``. A sub-switch
+acts only with its route on (``count``, ``temporal``/``relative_age``, ``order``, ``date_window``).
 """
 from __future__ import annotations
 
