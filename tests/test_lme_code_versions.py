@@ -375,6 +375,8 @@ def test_a_bare_last_asks_for_the_latest():
     on = r.Routes(order=True, order_bare_last=True)
     assert r.route_of("Where was my last trip?", _plan(), r.Routes(order=True)) == ""
     assert r.route_of("Where was my last trip?", _plan(), on) == "order"
+    assert r.operator_of("When was the last time I went hiking?", bare_last=True) == "latest"
+    assert r.operator_of("When was the last time I went hiking?") == ""
     for q in ("What did I buy last week?", "What did I read in the last three months?", "Who called last Friday?",
               "What did I eat last night?", "Did I finish it at last?"):
         assert r.operator_of(q, bare_last=True) == "", q

@@ -311,7 +311,7 @@ LATEST_RE = re.compile(r"\b(most recent(?:ly)?|latest|currently|current|right no
 # three months", "last Friday", "last weekend") nor "at last" / "last night".
 BARE_LAST_RE = re.compile(
     r"(?<!\bat )\blast\b(?! (?:\d+|a couple of|couple of|few|several|one|two|three|four|five|six|seven|eight|nine|"
-    r"ten|eleven|twelve)\b)(?! (?:day|week|month|year|weekend|night|time|monday|tuesday|wednesday|thursday|friday|"
+    r"ten|eleven|twelve)\b)(?! (?:day|week|month|year|weekend|night|monday|tuesday|wednesday|thursday|friday|"
     r"saturday|sunday)s?\b)", re.I)
 
 
