@@ -26,7 +26,8 @@ from tests.test_answer_routes import Stub, answer, block, retrieval
 NEW_KEYS = {"date_window_dates": True, "user_overlap_temporal_max": 96, "user_overlap_below": 32,
             "count_dedup": "duplicate_of", "count_complete_gate": True, "count_cumulative": True,
             "count_reference_event": True, "temporal_answer_call": True, "temporal_completed_upgrade": True,
-            "age_chain": True, "order_move_rows": True, "order_bare_last": True, "tenure_duration": True}
+            "age_chain": True, "order_move_rows": True, "order_bare_last": True, "tenure_duration": True,
+            "order_previous_earliest": True}
 
 
 def ep(n: int, day: str, *turns: tuple[str, str]) -> str:
@@ -369,6 +370,22 @@ def test_move_rows_answer_a_previous_move_question():
                     "Where did I move to most recently?", ret, routes=r.Routes(order=True, order_move_rows=True),
                     asked="2023/08/20")
     assert latest.answer == "Porto"
+
+
+def test_previous_wording_can_pick_the_earliest_state_as_the_authors_do():
+    ret = retrieval(ep(1, "2021/02/01", ("user", "I moved to Lyon for school.")),
+                    ep(2, "2022/09/01", ("user", "I moved to Lisbon for the new job.")),
+                    ep(3, "2023/07/02", ("user", "Big news: I just relocated to Porto last week.")))
+    question = "Where did I live before I moved to Porto?"
+
+    def empty(kind: str, text: str) -> Optional[dict[str, Any]]:
+        return {"rows": []} if kind == "answer_order" else None
+
+    harness = answer(Stub(empty), question, ret, routes=r.Routes(order=True, order_move_rows=True), asked="2023/08/20")
+    assert harness.answer == "Lisbon"  # the state just before the latest
+    code = answer(Stub(empty), question, ret, routes=r.Routes(order=True, order_move_rows=True,
+                                                             order_previous_earliest=True), asked="2023/08/20")
+    assert code.answer == "Lyon"
 
 
 def test_a_bare_last_asks_for_the_latest():

@@ -365,6 +365,7 @@ class RoutesConfig:
     age_chain: bool = False  # "how many <unit> ago": anchor age +/- offset chain call when no unique date
     order_move_rows: bool = False  # where/which + move questions: "moved to X" user turns become rows
     order_bare_last: bool = False  # a bare "last" ("my last trip") asks for the latest
+    order_previous_earliest: bool = False  # previous/before wording picks the earliest state (the authors')
     tenure_duration: bool = False  # "how long ... current role/job/position": a duration, temporal ledger
 
 

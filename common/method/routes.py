@@ -28,8 +28,9 @@ The authors' versions of these parts are switches too (all on in configs/longmem
 ``count_complete_gate``, ``count_cumulative``, ``count_reference_event`` (one call, role
 ``answer_count``), ``temporal_answer_call`` (ledger-answer call, evidence gate, one citation repair,
 role ``answer_temporal``), ``temporal_completed_upgrade``, ``age_chain`` (anchor age +/- offset, role
-``answer_temporal``), ``tenure_duration``, ``order_move_rows`` and ``order_bare_last``. A sub-switch
-acts only with its route on (``count``, ``temporal``/``relative_age``, ``order``, ``date_window``).
+``answer_temporal``), ``tenure_duration``, ``order_move_rows``, ``order_bare_last`` and
+``order_previous_earliest``. A sub-switch acts only with its route on (``count``,
+``temporal``/``relative_age``, ``order``, ``date_window``).
 """
 from __future__ import annotations
 
@@ -81,6 +82,7 @@ class Routes:
     age_chain: bool = False
     order_move_rows: bool = False
     order_bare_last: bool = False
+    order_previous_earliest: bool = False
     tenure_duration: bool = False
 
     def any_call(self) -> bool:
@@ -993,7 +995,8 @@ def order_audit(client: LLMClient, question: Question, plan: Plan, blocks: list[
     trace["rows"] = rows
     note = "Dated states checked against the episodes:\n" + "\n".join(
         f"- {r['date']}: {r['value']} (episode {r['episode_id']})" for r in rows) if rows else ""
-    answer = pick_ordered(operator, rows)
+    # The authors' knowledge-update pick: the earliest state for before/previous wording.
+    answer = pick_ordered("first" if operator == "previous" and routes.order_previous_earliest else operator, rows)
     if answer and operator != "sequence" and WHEN_RE.search(question.question):  # the date is the answer
         day = date.fromisoformat(next(r["date"] for r in reversed(rows) if r["value"] == answer)
                                  if operator != "first" else rows[0]["date"])
