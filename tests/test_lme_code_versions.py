@@ -427,3 +427,23 @@ def test_the_docs_name_every_new_key():
     assert "the one generic rule" not in design  # keep_top_dense is not the only generic LongMemEval rule
     sources = (Path(__file__).resolve().parents[1] / "common" / "prompts" / "SOURCES.md").read_text()
     assert "`code_rules.answer_draft_system` | the authors' code, LongMemEval FINAL draft system prompt" in sources
+
+
+def test_dry_run_counts_the_reference_event_call_of_a_before_after_count(tmp_path):
+    from common.pipeline import dryrun
+    from tests.conftest import run_overrides
+    from tests.test_code_rules import LME_TINY
+
+    items = json.loads(LME_TINY.read_text())
+    for it in items:
+        if it["question_id"] == "multi_0001":
+            it["question"] = "How much did I spend on bikes after I moved to the city?"
+    data = tmp_path / "lme.json"
+    data.write_text(json.dumps(items))
+    sets = run_overrides(tmp_path, data)
+
+    def count_calls(*extra: str) -> int:
+        est = dryrun.estimate(load_config(["configs/longmemeval.yaml"], sets + ["answer.routes.count=true", *extra]))
+        return next(s["calls"] for s in est["stages"] if s["role"] == "answer_count")
+
+    assert count_calls() == 2 and count_calls("answer.routes.count_reference_event=true") == 3

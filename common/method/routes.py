@@ -602,12 +602,18 @@ def cumulative_total(blocks: list[Block], question: str) -> Optional[tuple[int, 
     return found[2] if found else None
 
 
+def reference_wanted(question: Question) -> bool:
+    """A count bounded by a named event (before/after/since), not by a calendar window."""
+    return bool(REFERENCE_RE.search(question.question)) and \
+        question_window(question.question, parse_date(question.question_date)) is None
+
+
 def reference_event(client: LLMClient, question: Question, blocks: list[Block], add: Add,
                     trace: dict[str, Any]) -> Optional[tuple[str, date]]:
     """Before/after counting: one call names the reference event in the first 20 episodes; Python keeps
     it only when its quote is the user's, verbatim, and dates it. (before|after, the date) or None."""
     m = REFERENCE_RE.search(question.question)
-    if not m or question_window(question.question, parse_date(question.question_date)) is not None:
+    if not m or not reference_wanted(question):
         return None
     shown = blocks[:20]
     trace["calls"] += 1
