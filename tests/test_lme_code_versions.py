@@ -222,6 +222,8 @@ def test_a_users_cumulative_total_overrides_the_items_found():
     assert answer(Stub(), question, ret, routes=r.Routes(count=True)).answer == "3"  # three turns with a number
     row = answer(Stub(), question, ret, routes=r.Routes(count=True, count_cumulative=True))
     assert row.answer == "7" and row.steps["count"]["cumulative"]["episode_id"] == "m::s3::episode_001"
+    other = r.parse_block(ep(4, "2023/06/21", ("user", "I tried a different tea blend, the one you named.")))
+    assert other is not None and r.cumulative_total([other], question) is None  # "a different" is no total
 
 
 def test_the_reference_event_call_bounds_a_before_after_count():

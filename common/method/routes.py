@@ -576,9 +576,11 @@ def dedup(items: list[dict[str, Any]], merge: dict[str, dict[str, Any]],
 
 
 # A user's own running total: "I've tried 5 different ones", "I have added 3 since ...", "7 in total so far".
+# A total is a number (digits or two..twelve): "a different one" states no total.
+_TOTAL = r"(\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
 CUMULATIVE_RE = re.compile(
-    rf"\b{_NUM} different\b|\b(?:i've|i have) (?:\w+ ){{1,2}}{_NUM} (?:\w+ ){{0,3}}(?:since|so far|in total|"
-    rf"altogether)\b|\b{_NUM} (?:\w+ ){{0,3}}(?:in total|altogether) so far\b", re.I)
+    rf"\b{_TOTAL} different\b|\b(?:i've|i have) (?:\w+ ){{1,2}}{_TOTAL} (?:\w+ ){{0,3}}(?:since|so far|in total|"
+    rf"altogether)\b|\b{_TOTAL} (?:\w+ ){{0,3}}(?:in total|altogether) so far\b", re.I)
 REFERENCE_RE = re.compile(r"\b(before|after|since)\b", re.I)
 
 
