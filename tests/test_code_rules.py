@@ -431,9 +431,11 @@ def test_code_configs_switch_everything_on_over_the_paper_config(config, paper):
     assert (code.prompts.set, code.plan.validation, code.plan.audit, code.answer.rerank, code.answer.verify) == \
         ("code_rules", "code", True, lme, lme)
     assert code.run.name == "code_rules" and code.benchmark == base.benchmark
-    # Retrieval differs only by the authors' entity gate, field scores and blocked hops.
+    # Retrieval differs only by the authors' entity gate, field scores and blocked hops (and, in their
+    # LongMemEval retrieval only, the broad state lookup).
     assert dataclasses.replace(code.retrieve, entity_match="fuzzy", field_scores="harness",
-                               block_empty_bridge=False) == base.retrieve
+                               block_empty_bridge=False, broad_state_lookup=False) == base.retrieve
+    assert code.retrieve.broad_state_lookup == lme
     assert code.judge == base.judge and code.models == base.models
 
 
@@ -518,7 +520,10 @@ def test_make_code_config_end_to_end_resumes_free_with_the_new_roles_in_the_ledg
         assert routed == {"temp_0001": "2 weeks ago", "multi_0001": "$350"}
         rest = [a for a in answers if a["qid"] not in routed]
         m = len(rest)
-        whole = sum(bool(answer_mod.needs_every_candidate(from_dict(Plan, plans[a["qid"]]))) for a in rest)
+        # Not reranked: plans needing every candidate, and (answer.keep_whole_point) the point plans
+        # the authors keep whole.
+        whole = sum(bool(answer_mod.needs_every_candidate(from_dict(Plan, plans[a["qid"]]))
+                         or answer_mod.kept_whole(a["question"], from_dict(Plan, plans[a["qid"]]))) for a in rest)
         assert counts["answer_draft"] == counts["answer_verify"] == m and not counts.get("answer")
         assert counts.get("answer_rerank", 0) == m - whole
         for stage, role in (("07_answer", "answer_draft"), ("07_answer", "answer_verify")):
@@ -527,6 +532,10 @@ def test_make_code_config_end_to_end_resumes_free_with_the_new_roles_in_the_ledg
         assert roles[("07_answer", "answer_count")]["paid"] == counts["answer_count"] + counts["answer_count_merge"] > 0
         assert roles[("07_answer", "answer_temporal")]["paid"] == counts["answer_temporal"] > 0
         assert all(a["prompt_id"] == "code_rules.answer_draft_user" and "verify" in a["steps"] for a in rest)
+        # answer.draft_prompt: longmemeval: every draft's system message is the authors' LongMemEval one.
+        drafts = fake_server.requests_of_kind("answer_draft")
+        assert drafts and all(d["messages"][0]["content"] == prompts.load("code_rules.answer_draft_system")
+                              for d in drafts)
     # No request carries an official LongMemEval session id (answer_<id> marks an evidence session).
     official = {sid for it in json.loads(LME_TINY.read_text()) for sid in it["haystack_session_ids"]}
     sent = [json.dumps(b) for b in fake_server.requests]

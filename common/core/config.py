@@ -295,6 +295,9 @@ class RetrieveConfig:
     # The authors' LongMemEval retrieval: a hop without structured matches keeps its best dense
     # episode even past the ``fallback_k`` cut (configs/longmemeval.yaml; their LoCoMo code does not).
     keep_top_dense: bool = False
+    # The authors' broad_state_lookup: a question with before/after/previous/earlier/later wording about
+    # an item, device or move widens each hop's dense and point fallback budgets to 48 episodes.
+    broad_state_lookup: bool = False
     temporal_neighbors: int = 0  # episodes on each side kept for temporal plans (date context)
     # Caps per question after merging hops (None = none: the authors' code drops nothing, and the
     # paper configs set none). When a cap binds, ``cap_drop`` says what goes first: route =
@@ -349,6 +352,26 @@ class RoutesConfig:
     count: bool = False  # counting questions: the counting ledger (role answer_count)
     count_batch: int = 10  # episodes per scan call (the authors' 10)
     order: bool = False  # first/latest/previous/sequence wording: one operator audit (role answer_order)
+    # The authors' versions of the guards and ledgers (each off here, on in configs/longmemeval_code.yaml):
+    # date_window_dates: add every memory episode observed on the dates the question names relative to
+    # its date (today, yesterday, a week ago, last weekend, last <weekday>), at most date_window_max.
+    date_window_dates: bool = False
+    date_window_max: int = 48  # the authors': max(48, 4 x dense_top_k)
+    user_overlap_temporal_max: int = 48  # temporal wording: at most this many added (the authors' 96)
+    user_overlap_below: int = 0  # counting wording: only while the buffer has fewer episodes (the authors' 32)
+    # name_quantity: items with the same name stems and quantity are one (the harness's rule);
+    # duplicate_of: only a consolidation row's high-confidence duplicate_of merges (the authors').
+    count_dedup: Literal["name_quantity", "duplicate_of"] = "name_quantity"
+    count_complete_gate: bool = False  # a ledger with unaccounted episodes or failed calls does not answer
+    count_cumulative: bool = False  # a user's own cumulative total ("N different ones") overrides the sum
+    count_reference_event: bool = False  # before/after counts: one call dates the reference event, then scope
+    temporal_answer_call: bool = False  # no deterministic answer: ledger-answer call, evidence gate, repair
+    temporal_completed_upgrade: bool = False  # explicit completed-action wording upgrades a fact to completed
+    age_chain: bool = False  # "how many <unit> ago": anchor age +/- offset chain call when no unique date
+    order_move_rows: bool = False  # where/which + move questions: "moved to X" user turns become rows
+    order_bare_last: bool = False  # a bare "last" ("my last trip") asks for the latest
+    order_previous_earliest: bool = False  # previous/before wording picks the earliest state (the authors')
+    tenure_duration: bool = False  # "how long ... current role/job/position": a duration, temporal ledger
 
 
 @dataclass(frozen=True)
@@ -377,6 +400,12 @@ class AnswerConfig:
     # advice, ideas, in its own wording) keeps the draft's personal details instead of being cut
     # down to the shortest form. false: every verify asks for the shortest sufficient answer.
     verify_personal: bool = True
+    # The draft's system prompt: answer_system (the prompt set's, LoCoMo's safeguards under
+    # code_rules) or longmemeval (the authors' LongMemEval draft prompt, code_rules.answer_draft_system).
+    draft_prompt: Literal["answer_system", "longmemeval"] = "answer_system"
+    # Rerank and verify keep every candidate for the plans the authors keep whole: point lookups
+    # about the user, latest/previous-state wording and temporal point plans (plan and wording only).
+    keep_whole_point: bool = False
     routes: RoutesConfig = field(default_factory=lambda: RoutesConfig())
 
 
@@ -666,9 +695,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError("judge.runs: must be >= 1")
     if cfg.answer.rerank_max < 1:
         raise ConfigError("answer.rerank_max: must be >= 1")
-    for key in ("user_overlap_max", "temporal_batch", "count_batch"):
+    for key in ("user_overlap_max", "temporal_batch", "count_batch", "date_window_max", "user_overlap_temporal_max"):
         if getattr(cfg.answer.routes, key) < 1:
             raise ConfigError(f"answer.routes.{key}: must be >= 1")
+    if cfg.answer.routes.user_overlap_below < 0:
+        raise ConfigError("answer.routes.user_overlap_below: must be >= 0")
     for role in ROLES:
         cfg.role(role)
     cfg.llm.batch_roles(ROLES)

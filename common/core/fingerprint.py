@@ -41,9 +41,11 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "prompts": {"set": "paper"},
     "plan": {"validation": "schema", "audit": False},
     "answer": {"rerank": False, "rerank_max": 20, "verify": False, "rerank_keep_all": True, "draft": "plain",
-               "verify_personal": True, "routes": dataclasses.asdict(RoutesConfig())},
+               "verify_personal": True, "draft_prompt": "answer_system",
+               "keep_whole_point": False, "routes": dataclasses.asdict(RoutesConfig())},
     "extract": {"speaker_event_projection": False, "object_creator_projection": False},
-    "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False},
+    "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False,
+                 "broad_state_lookup": False},
 }
 # The roles of those switches, fingerprinted only when their switch is on.
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),

@@ -10,6 +10,9 @@ time answer target) is never reranked (``answer.rerank_keep_all``), so no count 
 ``answer.draft: json`` makes the answer call the authors' LongMemEval JSON draft (role
 ``answer_draft``, its own token budget); ``answer.verify_personal`` keeps the verify step from
 cutting a suggestion fitted to the user (decided from the question's wording) to the shortest form.
+``answer.draft_prompt: longmemeval`` gives the JSON draft the authors' LongMemEval draft system prompt
+instead of the set's answer rules; ``answer.keep_whole_point`` skips the rerank for the point plans the
+authors keep whole (temporal point plans, latest/previous wording, direct lookups about the user).
 ``answer.routes.*`` (common.method.routes) run before both: guards on the buffer, and the counting
 and temporal ledgers, whose answer (when they compute one) replaces the answer call.
 """
@@ -26,12 +29,13 @@ from common.core.llm import Completion, LLMCallError, LLMClient, parse_json_obje
 from common.core.schema import AnswerRow, Plan, Question, RetrievalRow
 from common.core.tokens import count_tokens
 from common.method.plan import compact_plan
-from common.method.routes import Routes, run_routes
+from common.method.routes import FIRST_PERSON_RE, Routes, operator_of, run_routes
 
 PROMPT_IDS = ("answer_system", "answer_user")
 RERANK_PROMPT_IDS = ("code_rules.answer_rerank_system", "code_rules.answer_rerank_user")
 VERIFY_PROMPT_IDS = ("code_rules.answer_verify_system", "code_rules.answer_verify_user")
 DRAFT_PROMPT_ID = "code_rules.answer_draft_user"
+LME_DRAFT_SYSTEM_ID = "code_rules.answer_draft_system"
 # Answer targets whose every instance counts: the authors select ALL candidates for their aggregate,
 # elapsed-time and event-time operators; here read from the plan, never from a benchmark label.
 KEEP_ALL_TARGETS = frozenset({"count", "list", "time"})
@@ -62,6 +66,8 @@ class AnswerSteps:
     draft: str = "plain"
     verify_personal: bool = True
     routes: Routes = Routes()
+    draft_prompt: str = "answer_system"
+    keep_whole_point: bool = False
 
 
 @dataclass
@@ -201,6 +207,23 @@ def needs_every_candidate(plan: Plan) -> str:
     return f"answer target {target}" if target in KEEP_ALL_TARGETS else ""
 
 
+def kept_whole(question: str, plan: Plan) -> str:
+    """Why a point plan keeps every candidate as the authors' answer step does (``answer.keep_whole_point``),
+    decided from the plan and the wording, never a label ('' otherwise): a temporal point plan, a
+    latest/previous-state question (their knowledge-update operators), or a one-hop direct lookup
+    about the user (their single-session-user point lookups)."""
+    if plan.retrieval_scope != "point":
+        return ""
+    if plan.reasoning_type == "temporal":
+        return "temporal point plan"
+    if operator_of(question) in ("latest", "previous"):
+        return f"{operator_of(question)}-state wording"
+    if plan.reasoning_type == "direct" and len(plan.hops) <= 1 and FIRST_PERSON_RE.search(question) \
+            and not personal_request(question):
+        return "direct point lookup about the user"
+    return ""
+
+
 def personal_request(question: str) -> bool:
     """The question asks for a suggestion fitted to the user (recommend, suggest, tips, ideas, ...)."""
     return bool(PERSONAL_REQUEST.search(question))
@@ -214,14 +237,15 @@ def verify_messages(question: Question, episodes: str, draft: str, personal: boo
 
 
 def draft_messages(question: Question, plan: Plan, retrieval: RetrievalRow, prompt_set: str,
-                   episodes: Optional[str] = None) -> list[dict[str, str]]:
-    """The JSON draft (``answer.draft: json``): the answer prompt's system text, a user message
-    asking for {answer, evidence_episode_ids, reasoning}."""
+                   episodes: Optional[str] = None, system: str = "answer_system") -> list[dict[str, str]]:
+    """The JSON draft (``answer.draft: json``): the answer prompt's system text (``system:
+    longmemeval``: the authors' LongMemEval draft prompt instead), a user message asking for
+    {answer, evidence_episode_ids, reasoning}."""
     text = retrieval.buffer_text if episodes is None else episodes
     user = prompts.fill(DRAFT_PROMPT_ID, question_date_line=_date_line(question), question=question.question,
                         plan=compact_plan(plan, retrieval.bridges), episodes=text or "(no episodes retrieved)")
-    return [{"role": "system", "content": prompts.load(prompts.pick("answer_system", prompt_set))},
-            {"role": "user", "content": user}]
+    sid = LME_DRAFT_SYSTEM_ID if system == "longmemeval" else prompts.pick("answer_system", prompt_set)
+    return [{"role": "system", "content": prompts.load(sid)}, {"role": "user", "content": user}]
 
 
 _EVIDENCE_TAIL = re.compile(r"\s*Evidence episode ids:.*$", re.I | re.S)
@@ -231,6 +255,8 @@ def _rerank(client: LLMClient, question: Question, plan: Plan, retrieval: Retrie
             calls: _Calls) -> tuple[Optional[str], dict[str, Any]]:
     """(the reranked buffer or None to keep the whole buffer, what happened)."""
     if steps.rerank_keep_all and (why := needs_every_candidate(plan)):
+        return None, {"skipped": f"{why}: every candidate kept", "candidates": len(retrieval.episode_ids)}
+    if steps.keep_whole_point and (why := kept_whole(question.question, plan)):
         return None, {"skipped": f"{why}: every candidate kept", "candidates": len(retrieval.episode_ids)}
     blocks = split_buffer(retrieval.buffer_text, retrieval.episode_ids)
     if not blocks:
@@ -314,7 +340,8 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
         episodes, row.steps["rerank"] = _rerank(client, question, plan, retrieval, steps, calls)
     if note:  # a ledger's checked lines, read before the episodes
         episodes = note + "\n\n" + (retrieval.buffer_text if episodes is None else episodes)
-    messages = (draft_messages(question, plan, retrieval, prompt_set, episodes) if json_draft and plan is not None
+    messages = (draft_messages(question, plan, retrieval, prompt_set, episodes, steps.draft_prompt)
+                if json_draft and plan is not None
                 else answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes))
     try:
         c = client.complete(role, messages, json_mode=json_draft, prompt_id=row.prompt_id)

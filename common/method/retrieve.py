@@ -30,6 +30,7 @@ hop whose bridge resolved to nothing, as they do.
 """
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -358,6 +359,8 @@ class Retriever:
         """One hop's episodes for its (bridge-resolved) anchor, and whether it is covered."""
         cfg = self.cfg
         budget = cfg.all_matching if scope == "all_matching" else cfg.point
+        if cfg.broad_state_lookup and broad_state_lookup(question):
+            budget = widened(budget)
         structured = self.structured(anchor)
         covered = bool(structured) and structured[0].score >= cfg.coverage_score
         found = bool(structured)
@@ -528,6 +531,23 @@ class Retriever:
                 for nb in (pos - d, pos + d):
                     if 0 <= nb < len(eps) and nb not in selected and eps[nb].session_id == eps[pos].session_id:
                         selected[nb] = Selected(eps[nb].episode_id, selected[pos].hop_id, "neighbor", 0.0)
+
+
+# The authors' broad_state_lookup wording: an ordering word and a word about an item, a device or a move.
+BROAD_ORDER_RE = re.compile(r"\b(before|after|previous|earlier|later)\b", re.I)
+BROAD_THING_RE = re.compile(r"\b(gadget|device|appliance|product|item|move|moved|relocat)\w*", re.I)
+BROAD_STATE_K = 48
+
+
+def broad_state_lookup(question: str) -> bool:
+    """A before/after question about items, devices or moves (``retrieve.broad_state_lookup``)."""
+    return bool(BROAD_ORDER_RE.search(question) and BROAD_THING_RE.search(question))
+
+
+def widened(budget: ScopeBudget) -> ScopeBudget:
+    """The hop budget raised to at least 48 dense and 48 fallback episodes (no cap stays no cap)."""
+    fallback = None if budget.fallback_k is None else max(budget.fallback_k, BROAD_STATE_K)
+    return replace(budget, dense_k=max(budget.dense_k, BROAD_STATE_K), fallback_k=fallback)
 
 
 def missing_bridge(anchor: Anchor, values: dict[str, str]) -> bool:

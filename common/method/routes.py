@@ -21,6 +21,16 @@ Each route is chosen by the question's own wording or by the plan, never by a be
 
 A route that cannot compute an answer falls back to the ordinary answer call (with the checked
 ledger lines put before the episodes); everything it did is recorded in the row's ``steps``.
+
+The authors' versions of these parts are switches too (all on in configs/longmemeval_code.yaml):
+``date_window_dates`` (add the episodes of the days the question names), ``user_overlap_temporal_max``
+/ ``user_overlap_below`` (their two limits and candidate condition), ``count_dedup: duplicate_of``,
+``count_complete_gate``, ``count_cumulative``, ``count_reference_event`` (one call, role
+``answer_count``), ``temporal_answer_call`` (ledger-answer call, evidence gate, one citation repair,
+role ``answer_temporal``), ``temporal_completed_upgrade``, ``age_chain`` (anchor age +/- offset, role
+``answer_temporal``), ``tenure_duration``, ``order_move_rows``, ``order_bare_last`` and
+``order_previous_earliest``. A sub-switch acts only with its route on (``count``,
+``temporal``/``relative_age``, ``order``, ``date_window``).
 """
 from __future__ import annotations
 
@@ -36,6 +46,10 @@ from common.core.schema import Plan, Question
 
 COUNT_IDS = ("code_rules.answer_count_system", "code_rules.answer_count_user")
 MERGE_IDS = ("code_rules.answer_count_merge_system", "code_rules.answer_count_merge_user")
+REFERENCE_IDS = ("code_rules.answer_count_reference_system", "code_rules.answer_count_reference_user")
+LEDGER_ANSWER_IDS = ("code_rules.answer_temporal_answer_system", "code_rules.answer_temporal_answer_user")
+REPAIR_IDS = ("code_rules.answer_temporal_repair_system", "code_rules.answer_temporal_repair_user")
+CHAIN_IDS = ("code_rules.answer_age_chain_system", "code_rules.answer_age_chain_user")
 TEMPORAL_IDS = ("code_rules.answer_temporal_system", "code_rules.answer_temporal_user")
 ORDER_IDS = ("code_rules.answer_order_system", "code_rules.answer_order_user")
 INSUFFICIENT = "The conversations do not say enough to answer this."
@@ -55,6 +69,21 @@ class Routes:
     count: bool = False
     count_batch: int = 10
     order: bool = False
+    date_window_dates: bool = False
+    date_window_max: int = 48
+    user_overlap_temporal_max: int = 48
+    user_overlap_below: int = 0
+    count_dedup: str = "name_quantity"
+    count_complete_gate: bool = False
+    count_cumulative: bool = False
+    count_reference_event: bool = False
+    temporal_answer_call: bool = False
+    temporal_completed_upgrade: bool = False
+    age_chain: bool = False
+    order_move_rows: bool = False
+    order_bare_last: bool = False
+    order_previous_earliest: bool = False
+    tenure_duration: bool = False
 
     def any_call(self) -> bool:
         return self.relative_age or self.temporal or self.count or self.order
@@ -226,6 +255,30 @@ def question_window(question: str, asked: Optional[date]) -> Optional[tuple[date
     return None
 
 
+def named_dates(question: str, asked: Optional[date]) -> list[date]:
+    """The days a question names relative to its own date, as the authors' date-window guard reads
+    them: today (not "before today"), yesterday, the day before yesterday, a/one week ago, the
+    past/last weekend (both days), last <weekday> (a week back on the same weekday)."""
+    if asked is None:
+        return []
+    q = question.lower()
+    days: list[date] = []
+    if re.search(r"\btoday\b", q) and not re.search(r"\bbefore today\b", q):
+        days.append(asked)
+    if "day before yesterday" in q:
+        days.append(asked - timedelta(days=2))
+    elif re.search(r"\byesterday\b", q):
+        days.append(asked - timedelta(days=1))
+    if re.search(r"\b(a|one) week ago\b", q):
+        days.append(asked - timedelta(days=7))
+    if re.search(r"\b(past|last) weekend\b", q):
+        sat = _last_weekend(asked)
+        days += [sat, sat + timedelta(days=1)]
+    for m in re.finditer(r"\blast (monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", q):
+        days.append(_last_weekday(asked, WEEKDAYS[m.group(1)]))
+    return sorted(set(days))
+
+
 def elapsed(a: date, b: date, unit: str) -> int:
     """Whole units from ``a`` to ``b`` (weeks rounded from days; months and years by the calendar)."""
     if a > b:
@@ -256,15 +309,25 @@ FIRST_RE = re.compile(r"\b(first|earliest)\b", re.I)
 LATEST_RE = re.compile(r"\b(most recent(?:ly)?|latest|currently|current|right now|these days|nowadays)\b", re.I)
 
 
-def operator_of(question: str) -> str:
-    """The ordering the question's wording asks for: sequence | previous | first | latest | ''."""
+# A bare "last" ("my last trip", "the last book I read"); not a calendar window ("last week", "the last
+# three months", "last Friday", "last weekend") nor "at last" / "last night".
+BARE_LAST_RE = re.compile(
+    r"(?<!\bat )\blast\b(?! (?:\d+|a couple of|couple of|few|several|one|two|three|four|five|six|seven|eight|nine|"
+    r"ten|eleven|twelve)\b)(?! (?:day|week|month|year|weekend|night|monday|tuesday|wednesday|thursday|friday|"
+    r"saturday|sunday)s?\b)", re.I)
+
+
+def operator_of(question: str, bare_last: bool = False) -> str:
+    """The ordering the question's wording asks for: sequence | previous | first | latest | ''.
+    ``bare_last`` (answer.routes.order_bare_last): a bare "last" asks for the latest, as in the
+    authors' operator words."""
     if SEQUENCE_RE.search(question):
         return "sequence"
     if PREVIOUS_RE.search(question) and not NOT_PREVIOUS_RE.search(question):
         return "previous"
     if FIRST_RE.search(question):
         return "first"
-    if LATEST_RE.search(question):
+    if LATEST_RE.search(question) or (bare_last and BARE_LAST_RE.search(question)):
         return "latest"
     return ""
 
@@ -276,13 +339,21 @@ ASSISTANT_RECALL_RE = re.compile(r"\byou (suggested|recommended|told|said|mentio
 WHEN_RE = re.compile(r"\b(when|what date|which date|what day)\b", re.I)
 
 
+# "How long have I been (working) in my current role/job/position": a duration up to the question date
+# (answer.routes.tenure_duration), not the latest state.
+TENURE_RE = re.compile(r"\bhow long have i been\b.*\b(current|present|new) (role|job|position|title|company)\b", re.I)
+
+
 def route_of(question: str, plan: Optional[Plan], routes: Routes) -> str:
-    """The route the question's wording (or its plan) asks for: relative_age | temporal | count | order | ''."""
+    """The route the question's wording (or its plan) asks for: relative_age | temporal | tenure | count |
+    order | ''."""
     if plan is None or ASSISTANT_RECALL_RE.search(question):
         return ""
     q = question
     if routes.relative_age and AGO_RE.search(q):
         return "relative_age"
+    if routes.temporal and routes.tenure_duration and TENURE_RE.search(q):
+        return "tenure"
     if routes.temporal and ELAPSED_RE.search(q) and not AGO_RE.search(q):
         return "temporal"
     # "how much ... now / currently" asks for the latest state, not a total.
@@ -290,7 +361,7 @@ def route_of(question: str, plan: Optional[Plan], routes: Routes) -> str:
     if routes.count and not AGO_RE.search(q) and not ELAPSED_RE.search(q) and not COMPARATIVE_RE.search(q) \
             and not current and (COUNT_RE.search(q) or plan.answer_target.get("type") == "count"):
         return "count"
-    if routes.order and operator_of(q):
+    if routes.order and operator_of(q, routes.order_bare_last):
         return "order"
     return ""
 
@@ -301,6 +372,23 @@ def guard_wanted(question: str, plan: Optional[Plan]) -> bool:
         return False
     return bool(COUNT_RE.search(question) or AGO_RE.search(question) or ELAPSED_RE.search(question)
                 or plan.answer_target.get("type") in ("count", "time"))
+
+
+def temporal_wording(question: str, plan: Optional[Plan]) -> bool:
+    """A question about when or how long ago (wording or a time target): the authors' temporal guards."""
+    return bool(AGO_RE.search(question) or ELAPSED_RE.search(question) or TENURE_RE.search(question)
+                or (plan is not None and plan.answer_target.get("type") == "time"))
+
+
+def overlap_limit(question: str, plan: Optional[Plan], routes: Routes, candidates: int) -> int:
+    """How many episodes the user-turn overlap guard adds: ``user_overlap_temporal_max`` for temporal
+    wording (the authors' 96), else ``user_overlap_max`` (48), and for counting wording nothing once
+    the buffer holds ``user_overlap_below`` episodes or more (the authors' 32; 0: no condition)."""
+    if temporal_wording(question, plan):
+        return routes.user_overlap_temporal_max
+    if routes.user_overlap_below and candidates >= routes.user_overlap_below:
+        return 0
+    return routes.user_overlap_max
 
 
 # --------------------------------------------------------------------------- words and quotes
@@ -353,6 +441,16 @@ def add_by_overlap(question: str, blocks: list[Block], pool: list[Block], limit:
     best = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))[:limit]
     added = [b for _, _, b in sorted(best, key=lambda s: s[1])]
     return blocks + added, [b.episode_id for b in added]
+
+
+def add_by_dates(blocks: list[Block], pool: list[Block], days: list[date], limit: int) -> tuple[list[Block], list[str]]:
+    """The buffer plus the pool episodes (not in it) observed on ``days``, in (date, id) order, at most
+    ``limit``: the authors' date-window guard appends every episode of the dates the question names."""
+    have = {b.episode_id for b in blocks}
+    wanted = set(days)
+    on_days = sorted((b for b in pool if b.episode_id not in have and b.day in wanted),
+                     key=lambda b: (b.day or date.min, b.episode_id))[:limit]
+    return blocks + on_days, [b.episode_id for b in on_days]
 
 
 def window_filter(blocks: list[Block], asked: Optional[date]) -> tuple[list[Block], list[str]]:
@@ -449,9 +547,12 @@ def count_total(question: str, items: list[dict[str, Any]]) -> tuple[str, str]:
     return "count", str(len(items))
 
 
-def dedup(items: list[dict[str, Any]], merge: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def dedup(items: list[dict[str, Any]], merge: dict[str, dict[str, Any]],
+          mode: str = "name_quantity") -> list[dict[str, Any]]:
     """Items in scope and not duplicates: a consolidation row may drop an item (in_scope false) or point
-    it at an EARLIER candidate (duplicate_of); items with the same name and quantity are one item."""
+    it at an EARLIER candidate (duplicate_of). ``name_quantity`` (the harness's rule): items with the
+    same name and quantity are one item too. ``duplicate_of`` (the authors'): only a pointer whose
+    ``dedup_confidence`` is high merges, so three instances of a weekly class stay three."""
     kept: list[dict[str, Any]] = []
     seen: set[tuple[str, Optional[float]]] = set()
     order = {it["id"]: n for n, it in enumerate(items)}
@@ -460,7 +561,11 @@ def dedup(items: list[dict[str, Any]], merge: dict[str, dict[str, Any]]) -> list
         if row.get("in_scope") is False:
             continue
         dup = str(row.get("duplicate_of") or "")
-        if dup in order and order[dup] < n:
+        sure = mode != "duplicate_of" or str(row.get("dedup_confidence") or "").strip().lower() == "high"
+        if dup in order and order[dup] < n and sure:
+            continue
+        if mode == "duplicate_of":
+            kept.append(it)
             continue
         key = (" ".join(sorted(stems(it["item"]))) or normalize(it["item"]), it["quantity"])
         if key in seen:
@@ -468,6 +573,71 @@ def dedup(items: list[dict[str, Any]], merge: dict[str, dict[str, Any]]) -> list
         seen.add(key)
         kept.append(it)
     return kept
+
+
+# A user's own running total: "I've tried 5 different ones", "I have added 3 since ...", "7 in total so far".
+# A total is a number (digits or two..twelve): "a different one" states no total.
+_TOTAL = r"(\d+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+CUMULATIVE_RE = re.compile(
+    rf"\b{_TOTAL} different\b|\b(?:i've|i have) (?:\w+ ){{1,2}}{_TOTAL} (?:\w+ ){{0,3}}(?:since|so far|in total|"
+    rf"altogether)\b|\b{_TOTAL} (?:\w+ ){{0,3}}(?:in total|altogether) so far\b", re.I)
+REFERENCE_RE = re.compile(r"\b(before|after|since)\b", re.I)
+
+
+def cumulative_total(blocks: list[Block], question: str) -> Optional[tuple[int, str, str]]:
+    """The latest user turn stating a cumulative total of what the question counts (sharing a content
+    stem with it): (total, episode id, the words); None when no user turn does."""
+    found: Optional[tuple[date, int, tuple[int, str, str]]] = None
+    asked = stems(question)
+    for n, b in enumerate(blocks):
+        for t in b.turns:
+            if not t.user:
+                continue
+            for m in CUMULATIVE_RE.finditer(t.text):
+                word = next(g for g in m.groups() if g)
+                sentence = next((x for x in re.split(r"(?<=[.!?])\s+", t.text) if m.group(0) in x), t.text)
+                if not asked & stems(sentence):
+                    continue
+                key = (b.day or date.min, n, (_number(word), b.episode_id, m.group(0)))
+                if found is None or key[:2] >= found[:2]:
+                    found = key
+    return found[2] if found else None
+
+
+def reference_wanted(question: Question) -> bool:
+    """A count bounded by a named event (before/after/since), not by a calendar window."""
+    return bool(REFERENCE_RE.search(question.question)) and \
+        question_window(question.question, parse_date(question.question_date)) is None
+
+
+def reference_event(client: LLMClient, question: Question, blocks: list[Block], add: Add,
+                    trace: dict[str, Any]) -> Optional[tuple[str, date]]:
+    """Before/after counting: one call names the reference event in the first 20 episodes; Python keeps
+    it only when its quote is the user's, verbatim, and dates it. (before|after, the date) or None."""
+    m = REFERENCE_RE.search(question.question)
+    if not m or not reference_wanted(question):
+        return None
+    shown = blocks[:20]
+    trace["calls"] += 1
+    try:
+        reply = _call(client, "answer_count", REFERENCE_IDS, add, question_date_line=_date_line(question),
+                      question=question.question, episodes="\n\n".join(b.text for b in shown))
+    except ValueError as exc:
+        trace["errors"].append(f"reference: {exc}")
+        return None
+    by_id = {b.episode_id: b for b in shown}
+    eid, quote = str(reply.get("episode_id") or ""), str(reply.get("quote") or "")
+    if eid not in by_id or not grounded(quote, by_id[eid], user_only=True)[0]:
+        trace["reference"] = {"outcome": "not grounded", "episode_id": eid}
+        return None
+    day, basis = resolve_date(quote, by_id[eid].day)
+    day = day or parse_date(str(reply.get("event_date") or "")) or by_id[eid].day
+    if day is None:
+        return None
+    side = "before" if m.group(1).lower() == "before" else "after"
+    trace["reference"] = {"event": str(reply.get("event") or ""), "episode_id": eid, "date": day.isoformat(),
+                          "side": side}
+    return side, day
 
 
 def count_ledger(client: LLMClient, question: Question, plan: Plan, blocks: list[Block], routes: Routes,
@@ -480,6 +650,10 @@ def count_ledger(client: LLMClient, question: Question, plan: Plan, blocks: list
     user_only = bool(FIRST_PERSON_RE.search(question.question))
     asked = parse_date(question.question_date)
     window = question_window(question.question, asked)
+    reference = reference_event(client, question, blocks, add, trace) if routes.count_reference_event else None
+    if reference is not None:  # the reference event bounds the window on its side
+        side, ref = reference
+        window = (date.min, ref - timedelta(days=1)) if side == "before" else (ref + timedelta(days=1), date.max)
 
     def scan(group: list[Block], tag: str) -> None:
         trace["calls"] += 1
@@ -524,7 +698,7 @@ def count_ledger(client: LLMClient, question: Question, plan: Plan, blocks: list
             merge = {str(r.get("id")): r for r in _list(reply, "items")}
         except ValueError as exc:
             trace["errors"].append(f"consolidation: {exc}")
-    kept = dedup(valid, merge)
+    kept = dedup(valid, merge, routes.count_dedup)
     trace.update({"candidates": len(candidates), "valid": len(valid), "kept": [c["id"] for c in kept],
                   "complete": not trace["unaccounted"] and not trace["errors"]})
     lines = "\n".join(f"- {c['item']} ({'' if c['quantity'] is None else _fmt(c['quantity'])} {c['unit']}".rstrip()
@@ -532,14 +706,32 @@ def count_ledger(client: LLMClient, question: Question, plan: Plan, blocks: list
     if not kept:
         trace["outcome"] = "fallback: no grounded item"
         return None, trace, ""
+    note = f"Items found by a checked scan of the episodes:\n{lines}"
     mode, answer = count_total(question.question, kept)
-    trace.update({"mode": mode, "outcome": "answered"})
-    return answer, trace, f"Items found by a checked scan of the episodes:\n{lines}"
+    if routes.count_cumulative and mode == "count":
+        in_window = [b for b in blocks if window is None or b.day is None or window[0] <= b.day <= window[1]]
+        total = cumulative_total(in_window, question.question)
+        if total is not None:  # the user's own running total overrides the items found
+            answer, mode = str(total[0]), "cumulative"
+            trace["cumulative"] = {"total": total[0], "episode_id": total[1], "words": total[2]}
+    trace["mode"] = mode
+    if routes.count_complete_gate and not trace["complete"]:
+        trace["outcome"] = "fallback: evidence incomplete (completeness gate)"
+        return None, trace, note
+    trace["outcome"] = "answered"
+    return answer, trace, note
 
 
 # --------------------------------------------------------------------------- temporal ledger
 PLAN_RE = re.compile(r"\b(plan(ning)? to|going to|gonna|will|want to|thinking (about|of)|hope to|intend to|"
                      r"would like to|next (week|month|year))\b", re.I)
+
+
+# A user's explicit report of a done action: "I just finished", "I finally got", "I've completed", "we went".
+COMPLETED_RE = re.compile(r"\b(?:i|we)(?:'ve| have)? (?:just |finally |already |recently |actually )?"
+                          r"(?:finished|completed|did|got|bought|went|attended|visited|started|adopted|made|took|"
+                          r"received|picked up|signed up|joined|moved|ran|saw|met|fixed|repaired|serviced|replaced|"
+                          r"booked|tried|learned|read|watched)\b", re.I)
 
 
 def user_turns_text(block: Block) -> str:
@@ -577,6 +769,8 @@ def temporal_ledger(client: LLMClient, question: Question, plan: Plan, blocks: l
             if not ok or len(shared) < min(2, len(stems(event))):
                 continue
             status = str(raw.get("status") or "mentioned").lower()
+            if routes.temporal_completed_upgrade and status != "completed" and COMPLETED_RE.search(quote):
+                status = "completed"  # explicit completed-action wording (the authors' upgrade)
             status = "planned" if PLAN_RE.search(quote) else status
             day, basis = resolve_date(quote, by_id[eid].day)
             if day is None:
@@ -611,8 +805,118 @@ def temporal_ledger(client: LLMClient, question: Question, plan: Plan, blocks: l
             value = elapsed(date.fromisoformat(dates[0]), date.fromisoformat(dates[1]), unit)
             trace["outcome"] = "answered"
             return f"{value} {unit}{'' if value == 1 else 's'}", trace, note
+    if route == "tenure" and usable and asked is not None:
+        best = max(f["match"] for f in usable)
+        start = max(date.fromisoformat(f["date"]) for f in usable if f["match"] == best)  # the latest start
+        trace["outcome"] = "answered"
+        return duration_text(start, asked), trace, note
+    if route == "relative_age" and routes.age_chain and asked is not None:
+        chained = age_chain(client, question, blocks, unit, add, trace)
+        if chained is not None:
+            trace["outcome"] = "answered by the relative-age chain"
+            return chained, trace, note
+    if routes.temporal_answer_call:
+        answer = ledger_answer(client, question, blocks, facts, note, add, trace)
+        trace["outcome"] = "ledger answer" if answer != INSUFFICIENT else "ledger answer: evidence gate"
+        return answer, trace, note
     trace["outcome"] = "fallback: no unique dated event"
     return None, trace, note
+
+
+def duration_text(start: date, end: date) -> str:
+    """A tenure as years and months ("2 years and 5 months"), by the calendar."""
+    months = elapsed(start, end, "month")
+    years, rest = divmod(months, 12)
+    parts = [f"{years} year{'' if years == 1 else 's'}"] if years else []
+    parts += [f"{rest} month{'' if rest == 1 else 's'}"] if rest or not years else []
+    return " and ".join(parts)
+
+
+TWO_QUOTES_RE = re.compile(r"\bsince\b.*\bwhen\b|\b(complete|finish)\w*\b.*\bfirst\b.*\bor\b", re.I)
+
+
+def evidence_gate(question: str, quotes: list[dict[str, Any]], by_id: dict[str, Block]) -> int:
+    """How many cited quotes are grounded, user-spoken and not plans; the answer passes with >= 1
+    (>= 2 for "since ... when" and "complete/finish ... first ... or" questions)."""
+    good = 0
+    for q in quotes:
+        eid, quote = str(q.get("episode_id") or ""), str(q.get("quote") or "")
+        if eid in by_id and grounded(quote, by_id[eid], user_only=True)[0] and not PLAN_RE.search(quote):
+            good += 1
+    return good
+
+
+def ledger_answer(client: LLMClient, question: Question, blocks: list[Block], facts: list[dict[str, Any]],
+                  note: str, add: Add, trace: dict[str, Any]) -> str:
+    """The authors' ledger-answer call over the checked facts, its evidence gate, and one
+    citation-repair call when the ledger has facts but the answer abstained or failed the gate."""
+    by_id = {b.episode_id: b for b in blocks}
+    need = 2 if TWO_QUOTES_RE.search(question.question) else 1
+    episodes = "\n\n".join(user_turns_text(b) for b in blocks if any(t.user for t in b.turns))
+    ledger = note or "(no dated user statement)"
+
+    def ask(ids: tuple[str, str], tag: str, draft: str = "") -> Optional[str]:
+        trace["calls"] += 1
+        try:
+            reply = _call(client, "answer_temporal", ids, add, question_date_line=_date_line(question),
+                          question=question.question, ledger=ledger, episodes=episodes,
+                          **({"draft": draft or "(no answer)"} if ids == REPAIR_IDS else {}))
+        except ValueError as exc:
+            trace["errors"].append(f"{tag}: {exc}")
+            return None
+        answer = " ".join(str(reply.get("answer") or "").split())
+        passed = evidence_gate(question.question, _list(reply, "evidence"), by_id)
+        trace[tag] = {"answer": answer, "grounded_quotes": passed, "needed": need}
+        return answer if answer and passed >= need and not ABSTAIN_RE.search(answer) else None
+
+    answer = ask(LEDGER_ANSWER_IDS, "ledger_answer")
+    if answer is None and facts:
+        draft = str(trace.get("ledger_answer", {}).get("answer") or "")
+        answer = ask(REPAIR_IDS, "citation_repair", draft)
+    return answer or INSUFFICIENT
+
+
+ABSTAIN_RE = re.compile(r"^(unknown|not (?:enough|sure)|i (?:don't|do not) know|insufficient)|do not say enough|"
+                        r"not mentioned|cannot (?:be )?(?:determined|answer)", re.I)
+
+
+def _age(raw: Any, unit: str, by_id: dict[str, Block]) -> Optional[float]:
+    """A cited age in ``unit`` ({value, unit, episode_id, quote}), or None unless user-grounded."""
+    if not isinstance(raw, dict):
+        return None
+    eid, quote = str(raw.get("episode_id") or ""), str(raw.get("quote") or "")
+    value = _quantity(raw.get("value"))
+    if value is None or _singular(str(raw.get("unit") or "")) != unit or eid not in by_id:
+        return None
+    return value if grounded(quote, by_id[eid], user_only=True)[0] else None
+
+
+def age_chain(client: LLMClient, question: Question, blocks: list[Block], unit: str, add: Add,
+              trace: dict[str, Any]) -> Optional[str]:
+    """The authors' relative-age chain: one call cites the target's own age ("N <unit> ago") or an
+    anchor's age and the target's offset from that anchor; Python accepts the direct age, or anchor
+    age + offset (before) / - offset (after) when both are cited, in the asked unit."""
+    by_id = {b.episode_id: b for b in blocks}
+    trace["calls"] += 1
+    try:
+        reply = _call(client, "answer_temporal", CHAIN_IDS, add, question_date_line=_date_line(question),
+                      question=question.question, unit=unit,
+                      episodes="\n\n".join(user_turns_text(b) for b in blocks if any(t.user for t in b.turns)))
+    except ValueError as exc:
+        trace["errors"].append(f"chain: {exc}")
+        return None
+    direct = _age(reply.get("target_age"), unit, by_id)
+    value: Optional[float] = direct
+    if value is None:
+        anchor, offset = _age(reply.get("anchor_age"), unit, by_id), _age(reply.get("offset"), unit, by_id)
+        side = str((reply.get("offset") or {}).get("direction") or "").lower() if isinstance(
+            reply.get("offset"), dict) else ""
+        if anchor is not None and offset is not None and side in ("before", "after"):
+            value = anchor + offset if side == "before" else anchor - offset
+    trace["chain"] = {"value": value, "direct": direct is not None}
+    if value is None or value < 0:
+        return None
+    return f"{_fmt(value)} {unit}{'' if value == 1 else 's'} ago"
 
 
 # --------------------------------------------------------------------------- operator audits
@@ -636,10 +940,33 @@ def pick_ordered(operator: str, rows: list[dict[str, Any]]) -> Optional[str]:
     return earlier[-1]["value"] if earlier else None
 
 
+# "Where/what/which ... move": a question about a move of the user's (answer.routes.order_move_rows).
+MOVE_QUESTION_RE = re.compile(r"\b(where|what|which)\b.*\b(move|moved|moving|relocat\w*)\b", re.I)
+MOVED_TO_RE = re.compile(r"\b(?i:i|we)(?i:'ve| have)? (?i:just |finally |recently )?(?i:moved|relocated)(?: back)? to "
+                         r"([A-Z][\w'-]*(?: [A-Z][\w'-]*)*)")
+
+
+def move_rows(blocks: list[Block]) -> list[dict[str, Any]]:
+    """Deterministic rows from the user's own "I moved / relocated (back) to X" turns, dated from the
+    turn (relative words anchored to its episode's date), as the authors' knowledge-update audit adds."""
+    rows = []
+    for b in blocks:
+        for t in b.turns:
+            if not t.user:
+                continue
+            for m in MOVED_TO_RE.finditer(t.text):
+                day, basis = resolve_date(t.text, b.day)
+                day = day or b.day
+                if day is not None:
+                    rows.append({"value": m.group(1).strip(), "episode_id": b.episode_id, "date": day.isoformat(),
+                                 "basis": f"moved-to row ({basis or 'session date'})"})
+    return rows
+
+
 def order_audit(client: LLMClient, question: Question, plan: Plan, blocks: list[Block],
-                add: Add) -> tuple[Optional[str], dict[str, Any], str]:
+                add: Add, routes: Routes = Routes()) -> tuple[Optional[str], dict[str, Any], str]:
     """(the answer or None, the trace, checked lines for the fallback answer)."""
-    operator = operator_of(question.question)
+    operator = operator_of(question.question, routes.order_bare_last)
     by_id = {b.episode_id: b for b in blocks}
     position = {b.episode_id: n for n, b in enumerate(blocks)}
     asked = parse_date(question.question_date)
@@ -666,11 +993,18 @@ def order_audit(client: LLMClient, question: Question, plan: Plan, blocks: list[
         if day is None or (asked is not None and day > asked):
             continue
         rows.append({"value": " ".join(value.split()), "episode_id": eid, "date": day.isoformat(), "basis": basis})
+    if routes.order_move_rows and MOVE_QUESTION_RE.search(question.question):
+        have = {(r["value"].lower(), r["episode_id"]) for r in rows}
+        extra = [r for r in move_rows(blocks) if (r["value"].lower(), r["episode_id"]) not in have
+                 and (asked is None or r["date"] <= asked.isoformat())]
+        rows += extra
+        trace["move_rows"] = len(extra)
     rows.sort(key=lambda r: (r["date"], position[r["episode_id"]]))
     trace["rows"] = rows
     note = "Dated states checked against the episodes:\n" + "\n".join(
         f"- {r['date']}: {r['value']} (episode {r['episode_id']})" for r in rows) if rows else ""
-    answer = pick_ordered(operator, rows)
+    # The authors' knowledge-update pick: the earliest state for before/previous wording.
+    answer = pick_ordered("first" if operator == "previous" and routes.order_previous_earliest else operator, rows)
     if answer and operator != "sequence" and WHEN_RE.search(question.question):  # the date is the answer
         day = date.fromisoformat(next(r["date"] for r in reversed(rows) if r["value"] == answer)
                                  if operator != "first" else rows[0]["date"])
@@ -706,11 +1040,18 @@ def run_routes(client: LLMClient, question: Question, plan: Optional[Plan],
         return out
     blocks = [b for b in (parse_block(t) for _, t in split) if b is not None]
     changed = False
-    if routes.user_overlap and pool and guard_wanted(question.question, plan):
-        blocks, added = add_by_overlap(question.question, blocks,
-                                       [b for b in (parse_block(t) for t in pool) if b is not None],
-                                       routes.user_overlap_max)
-        out.steps["user_overlap"] = {"added": added}
+    pool_blocks = [b for b in (parse_block(t) for t in pool or []) if b is not None]
+    asked = parse_date(question.question_date)
+    if routes.date_window and routes.date_window_dates and pool_blocks:
+        days = named_dates(question.question, asked)
+        if days:
+            blocks, added = add_by_dates(blocks, pool_blocks, days, routes.date_window_max)
+            out.steps["date_window_dates"] = {"dates": [d.isoformat() for d in days], "added": added}
+            changed = changed or bool(added)
+    if routes.user_overlap and pool_blocks and guard_wanted(question.question, plan):
+        limit = overlap_limit(question.question, plan, routes, len(blocks))
+        blocks, added = add_by_overlap(question.question, blocks, pool_blocks, limit)
+        out.steps["user_overlap"] = {"added": added, **({"limit": limit} if limit != routes.user_overlap_max else {})}
         changed = changed or bool(added)
     if routes.date_window:
         blocks, dropped = window_filter(blocks, parse_date(question.question_date))
@@ -725,7 +1066,7 @@ def run_routes(client: LLMClient, question: Question, plan: Optional[Plan],
     if route == "count":
         answer, trace, note = count_ledger(client, question, plan, blocks, routes, add)
     elif route == "order":
-        answer, trace, note = order_audit(client, question, plan, blocks, add)
+        answer, trace, note = order_audit(client, question, plan, blocks, add, routes)
     else:
         answer, trace, note = temporal_ledger(client, question, plan, blocks, routes, route, add)
     if trace["errors"]:

@@ -36,7 +36,16 @@ from common.method.dedup import representatives
 from common.method.episodes import partition_messages
 from common.method.plan import AUDIT_PROMPT_IDS, plan_messages
 from common.method.render import MemoryView, render_turn
-from common.method.routes import COUNT_IDS, MERGE_IDS, ORDER_IDS, TEMPORAL_IDS, Routes, route_of
+from common.method.routes import (
+    COUNT_IDS,
+    MERGE_IDS,
+    ORDER_IDS,
+    REFERENCE_IDS,
+    TEMPORAL_IDS,
+    Routes,
+    reference_wanted,
+    route_of,
+)
 from common.pipeline.graph import IDS, by_name, llm_stages
 from common.pipeline.ledger import cost, load_prices
 from common.systems.registry import system_class, uses_stage
@@ -221,7 +230,15 @@ def estimate(cfg: Config) -> dict[str, Any]:
                 calls = 2 if role == "answer_count" else 1
                 per = sum(count_tokens(prompts.load(i)) for i in route_prompts) + buffer * calls
                 n = len(qs) * calls
-                add(IDS["answer"], role, n, sum(per + count_tokens(q.question) for q in qs), ASSUME[out] * n,
+                route_in = sum(per + count_tokens(q.question) for q in qs)
+                # answer.routes.count_reference_event: one more call for a count bounded by a named event.
+                refs = [q for q in qs if role == "answer_count" and routes.count_reference_event
+                        and reference_wanted(q)]
+                if refs:
+                    n += len(refs)
+                    route_in += sum(buffer + count_tokens(q.question) + sum(count_tokens(prompts.load(i))
+                                                                             for i in REFERENCE_IDS) for q in refs)
+                add(IDS["answer"], role, n, route_in, ASSUME[out] * n,
                     _existing(run_dir, "answers"), f"{len(qs)} questions worded for the route (answer.routes); "
                     f"one batch each, buffer {buffer:.0f} tokens assumed")
     q_by = {q.qid: q for q in data.questions}

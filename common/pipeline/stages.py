@@ -349,13 +349,14 @@ def answer(run: Run) -> None:
     steps = answer_mod.AnswerSteps(prompt_set=run.cfg.prompts.set, rerank=ac.rerank, rerank_max=ac.rerank_max,
                                    verify=ac.verify, style=style, rerank_keep_all=ac.rerank_keep_all,
                                    draft=ac.draft, verify_personal=ac.verify_personal,
-                                   routes=Routes(**dataclasses.asdict(ac.routes)))
+                                   routes=Routes(**dataclasses.asdict(ac.routes)), draft_prompt=ac.draft_prompt,
+                                   keep_whole_point=ac.keep_whole_point)
     extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
                                         ("answer_draft", ac.draft == "json"),
                                         ("answer_count", ac.routes.count),
                                         ("answer_temporal", ac.routes.temporal or ac.routes.relative_age),
                                         ("answer_order", ac.routes.order)) if on)
-    pools = _episode_pools(run) if plans and ac.routes.user_overlap else {}
+    pools = _episode_pools(run) if plans and (ac.routes.user_overlap or ac.routes.date_window_dates) else {}
     if extra_roles:
         run.client(("answer", *extra_roles))  # every endpoint checked before any row
     # The code_rules switches enter the row digest only when on: paper rows keep their digests.
@@ -364,6 +365,8 @@ def answer(run: Run) -> None:
                             "verify" if ac.verify else "",
                             "draft_json" if ac.draft == "json" else "",
                             "verify_short" if ac.verify and not ac.verify_personal else "",
+                            "draft_lme" if ac.draft == "json" and ac.draft_prompt == "longmemeval" else "",
+                            "keep_whole_point" if ac.rerank and ac.keep_whole_point else "",
                             json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)
                             if steps.routes != Routes() else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,

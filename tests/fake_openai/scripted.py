@@ -52,6 +52,12 @@ PROMPT_KINDS: dict[str, str] = {
     "code_rules.answer_count_merge_user": "answer_count_merge",
     "code_rules.answer_temporal_user": "answer_temporal",
     "code_rules.answer_order_user": "answer_order",
+    # The authors' versions of the ledgers' extra calls (answer.routes.count_reference_event,
+    # temporal_answer_call, age_chain) and their LongMemEval draft prompt (answer.draft_prompt).
+    "code_rules.answer_count_reference_user": "answer_count_reference",
+    "code_rules.answer_temporal_answer_user": "answer_temporal_answer",
+    "code_rules.answer_temporal_repair_user": "answer_temporal_repair",
+    "code_rules.answer_age_chain_user": "answer_age_chain",
     # A-MEM's two calls per note (a-mem 0.2.6, sent by common.systems.amem): the note's analysis
     # (keywords, context, tags) and the evolution decision over its nearest neighbours.
     "amem_analyze": "amem_analyze",
@@ -494,7 +500,7 @@ def reply_count_merge(text: str) -> dict[str, Any]:
     for cid, _eid, item, quantity in CANDIDATE_RE.findall(text):
         dup = first.setdefault((item.lower(), quantity.strip()), cid)
         rows.append({"id": cid, "in_scope": True, "scope_reason": "scripted",
-                     "duplicate_of": dup if dup != cid else ""})
+                     "duplicate_of": dup if dup != cid else "", "dedup_confidence": "high" if dup != cid else ""})
     return {"items": rows}
 
 
@@ -510,6 +516,33 @@ def reply_temporal(text: str) -> dict[str, Any]:
                 facts.append({"event": said, "status": "completed", "event_date": "", "date_basis": "scripted",
                               "episode_id": eid, "quote": said})
     return {"facts": facts}
+
+
+def reply_count_reference(text: str) -> dict[str, Any]:
+    """The first user turn sharing a content word with the question, quoted whole, undated."""
+    asked = {w.lower() for w in content_words(parse_question(text))}
+    for eid, turns in _ledger_episodes(text):
+        for _, speaker, said in turns:
+            if "assistant" not in speaker.lower() and any(w.lower() in asked for w in content_words(said)):
+                return {"event": said, "episode_id": eid, "quote": said, "event_date": ""}
+    return {"event": "", "episode_id": "", "quote": "", "event_date": ""}
+
+
+def reply_temporal_answer(text: str) -> dict[str, Any]:
+    """The ledger's first dated line as the answer, citing the first user turn sharing a content
+    word with the question; Unknown when there is none."""
+    facts = reply_temporal(text)["facts"]
+    line = next((x[2:] for x in text.splitlines() if x.startswith("- ") and ": " in x), "")
+    if not facts or not line:
+        return {"answer": "Unknown", "evidence": [], "reason": "scripted"}
+    first = facts[0]
+    return {"answer": line.split(" (")[0], "evidence": [{"episode_id": first["episode_id"], "quote": first["quote"]}],
+            "reason": "scripted"}
+
+
+def reply_age_chain(text: str) -> dict[str, Any]:
+    """No cited age (the harness then falls back)."""
+    return {"target_age": None, "anchor_age": None, "offset": None}
 
 
 def reply_order(text: str) -> dict[str, Any]:
@@ -615,6 +648,12 @@ def scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_temporal(text))
     if kind == "answer_order":
         return json.dumps(reply_order(text))
+    if kind == "answer_count_reference":
+        return json.dumps(reply_count_reference(text))
+    if kind in ("answer_temporal_answer", "answer_temporal_repair"):
+        return json.dumps(reply_temporal_answer(text))
+    if kind == "answer_age_chain":
+        return json.dumps(reply_age_chain(text))
     if kind == "mem0_extraction":
         return json.dumps(reply_mem0_extraction(text))
     if kind == "amem_analyze":
