@@ -11,6 +11,7 @@ MEMORIES ?= $(CONVS)
 CONVS   ?=
 BENCH   ?=
 SET     ?=
+FORCE   ?=
 LOCOMO_URL    := https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json
 # The official releases' sha256: one list, configs/datasets.sha256, read here and by the code.
 SHA256_OF = $(shell awk '$$2 == "$(1)" {print $$1}' configs/datasets.sha256)
@@ -49,7 +50,7 @@ endif
 export HARNESS_INVOCATION
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
-       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
+       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) $(if $(FORCE),--force)
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 BEAM_ARGS = $(subst --config $(CONFIG),--config $(BEAM_CONFIG),$(ARGS)) $(if $(SIZE),--set data.tier=$(SIZE))
 # The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
@@ -69,6 +70,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: LIMIT             the first N questions of each memory (LoCoMo: per conversation)
 #: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
 #: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
+#: FORCE             FORCE=1: redo the stages instead of resuming (cached calls are not paid again)
 #: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
 #: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)

@@ -699,8 +699,14 @@ class LLMClient:
             return
         with ThreadPoolExecutor(max_workers=self.workers()) as pool:
             futures = {pool.submit(run, item): item for item in items}
-            for fut in as_completed(futures):
-                yield futures[fut], fut.result()
+            try:
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+            except BaseException:
+                # Ctrl-C, or the consumer stopped: drop the calls not yet started, so leaving the
+                # pool waits only for those in flight (paid, so their replies still reach the cache).
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
 
     def summary(self) -> dict[str, Any]:
         out = {role: s.summary() for role, s in sorted(self.stats.items())}

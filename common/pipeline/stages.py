@@ -73,6 +73,7 @@ from common.systems.registry import system_class, uses_stage
 # ----------------------------------------------------------------------------- 01
 def preprocess(run: Run) -> None:
     started = time.time()
+    system_class(run.cfg.method.name)  # an unusable method.name stops here, before the fingerprint is written
     src, data, subset = load_selected(run.cfg)
     run_fp = check_protocol(run, reread=True)
     run.dir.mkdir(parents=True, exist_ok=True)
