@@ -86,13 +86,32 @@ def preprocess(run: Run) -> None:
     write_jsonl(outs[3], source_rows)
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
+    selection = _selection(run, data.gold)
     manifest(run, ID["preprocess"], inputs=[src], outputs=outs, rows=len(data.questions),
                    started=started, extra={"source": str(src), "fingerprint": run_fp,
                                            "subset": str(subset.path) if subset else None,
                                            "memories": len({s.memory_id for s in data.sessions}),
-                                           "sessions": len(data.sessions), "turns": n_turns})
+                                           "sessions": len(data.sessions), "turns": n_turns,
+                                           **({"selection": selection} if selection else {})})
     print(f"{ID['preprocess']}: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
           f"{n_turns} turns, {len(data.questions)} questions -> {run.dir}", flush=True)
+    if selection:
+        print(f"{ID['preprocess']}: LIMIT={selection['question_limit']}: {selection['rule']}; by category: "
+              + ", ".join(f"{c} {n}" for c, n in selection["by_category"].items()), flush=True)
+
+
+def _selection(run: Run, gold: list[Gold]) -> dict[str, Any]:
+    """What ``data.question_limit`` kept, for the manifest and the user: the benchmark's rule and
+    the questions per category (read from the gold side here, for the record only)."""
+    limit = run.cfg.data.question_limit
+    if limit is None:
+        return {}
+    data = adapter(run.cfg.benchmark)
+    counts: dict[str, int] = defaultdict(int)
+    for g in gold:
+        counts[data.category(g)] += 1
+    return {"question_limit": limit, "rule": getattr(data, "limit_rule", ""),
+            "by_category": {c: counts[c] for c in sorted(counts)}}
 
 
 # ----------------------------------------------------------------------------- 02
