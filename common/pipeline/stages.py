@@ -447,8 +447,14 @@ def aggregate(run: Run) -> None:
     metrics["dataset"] = checksums.run_dataset(adapter(run.cfg.benchmark), run.cfg, dataset_sha256(run))
     led, ledger_files = ledger.write(run.dir)
     metrics["ledger"] = {"total": led["total"], "efficiency": led["efficiency"], "file": "ledger.json"}
+    note = run.cfg.run.note
+    if note:
+        metrics["note"] = note
     write_json(run.path("metrics"), metrics)
     outs = scorer.write_tables(run, metrics) + ledger_files
+    for path in outs if note else []:  # run.note heads every table of the run (the demo's caveat)
+        if path.suffix == ".md":
+            path.write_text(f"> NOTE: {note}\n\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
     manifest(run, ID["aggregate"], inputs=[run.judge_path(j) for j in judges] + [run.path("answers")],
              outputs=[run.path("metrics"), *outs], rows=len(judges), started=started)
     for path in outs:  # the tables; the ledger stays in its file (the invocation summary says what was paid)
