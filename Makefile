@@ -128,7 +128,7 @@ data/longmemeval_%.json:
 data-beam:  ## download a BEAM tier (SIZE=100K|500K) at the pinned commit into data/beam/<SIZE>/, every sha256 checked
 	@$(PY) -m common.benchmarks.beam_data --size $(or $(SIZE),100K)
 
-beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat, MEMORIES=chat ids, SET, DRY_RUN=1)
+beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat across abilities, MEMORIES=chat ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m BEAM.01_preprocess $(BEAM_ARGS) --dry-run; \
 	else $(PY) -m common.pipeline.run_all beam $(BEAM_ARGS); fi
 
