@@ -126,7 +126,8 @@ def test_a_limited_beam_run_records_what_was_sampled(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     m = json.loads((tmp_path / "results" / "beam" / "t" / "01_preprocess.manifest.json").read_text())
     selection = m["selection"]
-    assert selection["question_limit"] == 3 and "across its abilities" in selection["rule"] and "seed 42" in selection["rule"]
+    assert selection["question_limit"] == 3
+    assert "across its abilities" in selection["rule"] and "seed 42" in selection["rule"]
     assert sum(selection["by_category"].values()) == 3 and len(selection["by_category"]) == 3
     assert f"LIMIT=3: {selection['rule']}" in out
 

@@ -72,6 +72,7 @@ def test_an_llm_stage_of_the_graph_without_an_estimator_is_listed(tmp_path, monk
 def test_beam_answers_are_priced_with_a_buffer_sized_from_beams_own_turns(tmp_path):
     """The paper's 7,620-token LoCoMo buffer (7,470 + the plan) is about 19 episodes of LoCoMo's short
     turns; a BEAM chat's messages are ten times as long, and so is the buffer its answers are sent."""
+    import shutil
     from pathlib import Path
 
     import pytest
@@ -79,8 +80,6 @@ def test_beam_answers_are_priced_with_a_buffer_sized_from_beams_own_turns(tmp_pa
     from common.benchmarks import beam
     from common.core.tokens import count_tokens
     from common.method.render import render_turn
-
-    import shutil
 
     shared = REPO.parent / "shared" / "data" / "beam" / "100K"
     if not shared.exists():
