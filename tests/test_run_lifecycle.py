@@ -142,3 +142,12 @@ def test_limit_zero_runs_nothing_and_says_so(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("nothing to run: LIMIT=0 (data.question_limit: 0) selects no question")
     assert not (tmp_path / "results").exists()
+
+
+def test_the_demo_with_limit_zero_runs_nothing_either(tmp_path, capsys):
+    from common.demo.app import main
+
+    assert main(["--limit", "0", "--endpoint", "http://127.0.0.1:9/v1", "--set",
+                 f"run.results_dir={tmp_path / 'demo'}"]) == 0
+    assert capsys.readouterr().out.startswith("nothing to run: LIMIT=0")
+    assert not (tmp_path / "demo").exists()

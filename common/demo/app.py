@@ -38,7 +38,7 @@ from common.core.config import REPO_ROOT, Config, ConfigError, load_config, reso
 from common.core.io import read_jsonl
 from common.core.llm import EndpointNotConfigured
 from common.demo.local_llm import LocalEndpoint, LocalModelError
-from common.pipeline.engine import Run, StageFailed, run_pipeline
+from common.pipeline.engine import Run, StageFailed, nothing_to_run, run_pipeline
 from common.pipeline.graph import llm_stages
 from common.pipeline.ledger import row_failure
 from common.report.html import build as build_report
@@ -235,6 +235,9 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.endpoint:
         overrides.append(f"models.default.base_url={args.endpoint}")
     cfg = load_config([args.config], overrides)
+    if nothing_to_run(cfg):
+        print(nothing_to_run(cfg), flush=True)
+        return 0
     demo_dir = resolve_path(cfg.run.results_dir)
     data = write_demo_input(Path(source), demo_dir / "input", kind, args.conversation, args.max_turns)
     # The bundled sample is named as such: no benchmark release to compare it with (no MODIFIED DATASET).

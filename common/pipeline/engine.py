@@ -324,9 +324,8 @@ def main_stages(stages: tuple[Stage, ...], benchmark: str, doc: Optional[str] = 
     instead of once per stage; every stage still reads its inputs from and writes its artifacts
     to the run directory, as when each runs as its own script."""
     cfg, args = parse(doc or "", benchmark)
-    if cfg.data.question_limit == 0:
-        print(f"nothing to run: LIMIT=0 (data.question_limit: 0) selects no question; nothing was read or "
-              f"written in {cfg.run_dir}", flush=True)
+    if nothing_to_run(cfg):
+        print(nothing_to_run(cfg), flush=True)
         return
     run = Run(cfg, force=args.force, progress=progress.interactive())
     try:  # the method and every endpoint the stages will call, before the first one writes anything
@@ -350,6 +349,15 @@ def main_stages(stages: tuple[Stage, ...], benchmark: str, doc: Optional[str] = 
                 invocation.finish(run, node.id, stopped=True, before=before)
             sys.exit(f"error: {' '.join(str(exc).split())}")
         invocation.finish(run, node.id, before=before, last=(i == len(stages) - 1) if whole else None)
+
+
+def nothing_to_run(cfg: Config) -> str:
+    """The line to print instead of running, when the selection keeps no question (``LIMIT=0``):
+    otherwise 02-04 would still partition, extract and index every session for no question."""
+    if cfg.data.question_limit != 0:
+        return ""
+    return (f"nothing to run: LIMIT=0 (data.question_limit: 0) selects no question; nothing was read or "
+            f"written in {cfg.run_dir}")
 
 
 def interrupted(run: Run, node: Stage, before: dict[str, dict[str, int]]) -> int:

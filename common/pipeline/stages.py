@@ -306,6 +306,7 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
                 used = future.result()
             except BaseException as exc:  # KeyboardInterrupt too: the others finish first
                 first_error = first_error or exc
+                failed.set()  # a Ctrl-C here (the main thread): no memory not yet started starts
                 continue
             if used is not None:
                 spent.add(used)
