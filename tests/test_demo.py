@@ -335,6 +335,8 @@ def test_demo_command_end_to_end_on_the_fake_server(fake_server, tmp_path, capsy
     assert 0 < page.index('id="run-note"') - title_end < 40 and "does not measure accuracy" in page
     # The bundled sample is named as one, not warned about as a modified LoCoMo.
     assert "MODIFIED DATASET" not in out
+    assert "Data: the bundled synthetic sample conversation (configs/demo_sample_conversation.json): a bundled " \
+           "sample, not the benchmark's release." in table
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["dataset"]["status"] == "sample" and "demo_sample_conversation.json" in metrics["dataset"]["note"]
     assert metrics["note"].startswith("DEMO: a 135M-parameter model")

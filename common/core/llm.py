@@ -788,6 +788,18 @@ class EndpointProbe:
         """The ids ``/v1/models`` lists."""
         return [str(getattr(m, "id", m)) for m in self.sdk.models.list()]
 
+    def unreachable(self) -> Optional[str]:
+        """None when the endpoint answers ``GET /models`` at all, else why not (one line): only
+        "no answer" counts here (cannot connect, timed out); an HTTP error or an odd body is an
+        answer, from a server that is up."""
+        try:
+            self.sdk.models.list()
+        except openai.APIConnectionError as exc:  # timeouts too (APITimeoutError is one)
+            return self.describe(exc)[0]
+        except Exception:  # noqa: BLE001 - any other failure still came from a live server
+            return None
+        return None
+
     def chat(self, body: dict[str, Any], *, prompt_id: str, extra_body: Optional[dict[str, Any]] = None
              ) -> tuple[str, float, dict[str, str]]:
         """(reply text, seconds, rate-limit headers) of one chat call; raises a ``PROBE_ERRORS``."""

@@ -16,8 +16,6 @@ from __future__ import annotations
 import threading
 from typing import Callable, Iterable, Optional
 
-import openai
-
 from common.core.llm import EndpointNotConfigured, EndpointProbe, RoleSettings, resolve_endpoints
 
 # A probe is one tiny GET: a live server answers it in well under a second; a loaded one may be slow.
@@ -35,14 +33,7 @@ def why_dead(url: str, key: str, timeout: float = PROBE_TIMEOUT) -> Optional[str
     with _lock:
         if url in _answered:
             return None
-    probe = EndpointProbe(url, key or "unused", timeout)
-    try:
-        probe.model_ids()
-        why = None
-    except openai.APIConnectionError as exc:  # timeouts too (APITimeoutError is one)
-        why = probe.describe(exc)[0]
-    except Exception:  # noqa: BLE001 - an HTTP error or an odd body: the server is up
-        why = None
+    why = EndpointProbe(url, key or "unused", timeout).unreachable()
     if why is None:
         with _lock:
             _answered.add(url)
