@@ -151,3 +151,16 @@ def test_the_demo_with_limit_zero_runs_nothing_either(tmp_path, capsys):
                  f"run.results_dir={tmp_path / 'demo'}"]) == 0
     assert capsys.readouterr().out.startswith("nothing to run: LIMIT=0")
     assert not (tmp_path / "demo").exists()
+
+
+def test_the_dead_endpoint_line_carries_no_password(monkeypatch):
+    from common.core.llm import RoleSettings
+    from common.pipeline import preflight
+
+    port = _closed_port()
+    monkeypatch.delenv("OPENAI_BASE_URLS", raising=False)
+    settings = RoleSettings(role="answer", model="m", base_url=f"http://user:s3cret@127.0.0.1:{port}/v1", timeout=2.0)
+    with pytest.raises(preflight.EndpointUnreachable) as err:
+        preflight.check_reachable(["answer"], lambda role: settings)
+    assert f"models.answer: http://127.0.0.1:{port}/v1 does not answer" in str(err.value)
+    assert "s3cret" not in str(err.value)

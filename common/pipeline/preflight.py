@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from typing import Callable, Iterable, Optional
+from urllib.parse import urlsplit, urlunsplit
 
 from common.core.llm import EndpointNotConfigured, EndpointProbe, RoleSettings, resolve_endpoints
 
@@ -47,7 +48,16 @@ def check_reachable(roles: Iterable[str], settings_of: Callable[[str], RoleSetti
         specs, key = resolve_endpoints(settings_of(role))
         reasons = [why for why in (why_dead(s.url, key) for s in specs) if why]
         if len(reasons) == len(specs):
-            where = specs[0].url if len(specs) == 1 else f"{len(specs)} endpoints ({specs[0].url}, ...)"
+            first = _shown(specs[0].url)
+            where = first if len(specs) == 1 else f"{len(specs)} endpoints ({first}, ...)"
             raise EndpointUnreachable(
                 f"models.{role}: {where} does not answer ({reasons[0]}); stopped before any row. Start the server "
                 f"or fix the URL (OPENAI_BASE_URL or models.{role}.base_url); make doctor checks every endpoint")
+
+
+def _shown(url: str) -> str:
+    """The URL without any user:password in it: a message never carries a secret."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=(parts.hostname or "") + (f":{parts.port}" if parts.port else "")))
