@@ -104,7 +104,8 @@ stamp-stale = $(if $(filter-out $(stamp-sum),$(req-sum)),$(if $(stamp-legacy),,s
 $(VENV)/.installed: $(if $(stamp-stale),stamp-stale)
 	$(MAKE) install VENV=$(VENV)
 
-DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(MEMORIES),--conversation $(MEMORIES)) $(foreach s,$(SET),--set $(s))
+DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(MEMORIES),--conversation $(MEMORIES)) $(foreach s,$(SET),--set $(s)) \
+            $(if $(FORCE),--force)
 
 demo: $(VENV)/.installed  ## offline demo: install if needed, then 01-09 on one conversation with an embedded 135M model (no key, no network)
 	$(VENV)/bin/python -m common.demo $(DEMO_ARGS)

@@ -130,6 +130,9 @@ def test_make_passes_force():
     out = subprocess.run(["make", "-n", "locomo", "PY=python"], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout
     assert "--force" not in out
+    out = subprocess.run(["make", "-n", "demo", "FORCE=1", "VENV=.venv"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    assert "-m common.demo" in out and "--force" in out
 
 
 # ----------------------------------------------------------------------------- LIMIT=0
