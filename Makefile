@@ -11,6 +11,7 @@ MEMORIES ?= $(CONVS)
 CONVS   ?=
 BENCH   ?=
 SET     ?=
+FORCE   ?=
 LOCOMO_URL    := https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json
 # The official releases' sha256: one list, configs/datasets.sha256, read here and by the code.
 SHA256_OF = $(shell awk '$$2 == "$(1)" {print $$1}' configs/datasets.sha256)
@@ -52,7 +53,7 @@ endif
 export HARNESS_INVOCATION
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
-       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
+       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) $(if $(FORCE),--force)
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 BEAM_ARGS = $(subst --config $(CONFIG),--config $(BEAM_CONFIG),$(ARGS)) $(if $(SIZE),--set data.tier=$(SIZE))
 # The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
@@ -72,6 +73,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: LIMIT             the first N questions of each memory (LoCoMo: per conversation)
 #: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
 #: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
+#: FORCE             FORCE=1: redo the stages instead of resuming (cached calls are not paid again)
 #: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
 #: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
@@ -106,7 +108,8 @@ stamp-stale = $(if $(filter-out $(stamp-sum),$(req-sum)),$(if $(stamp-legacy),,s
 $(VENV)/.installed: $(if $(stamp-stale),stamp-stale)
 	$(MAKE) install VENV=$(VENV)
 
-DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(MEMORIES),--conversation $(MEMORIES)) $(foreach s,$(SET),--set $(s))
+DEMO_ARGS = $(if $(LIMIT),--limit $(LIMIT)) $(if $(MEMORIES),--conversation $(MEMORIES)) $(foreach s,$(SET),--set $(s)) \
+            $(if $(FORCE),--force)
 
 demo: $(VENV)/.installed  ## offline demo: install if needed, then 01-09 on one conversation with an embedded 135M model (no key, no network)
 	$(VENV)/bin/python -m common.demo $(DEMO_ARGS)
@@ -130,7 +133,7 @@ data/longmemeval_%.json:
 data-beam:  ## download a BEAM tier (SIZE=100K|500K|1M|10M) at the pinned commit into data/beam/<SIZE>/, every file checked (sha256 or git blob id)
 	@$(PY) -m common.benchmarks.beam_data --size $(or $(SIZE),100K)
 
-beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat, MEMORIES=chat ids, SET, DRY_RUN=1)
+beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat across abilities, MEMORIES=chat ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m BEAM.01_preprocess $(BEAM_ARGS) --dry-run; \
 	else $(PY) -m common.pipeline.run_all beam $(BEAM_ARGS); fi
 

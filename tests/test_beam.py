@@ -89,13 +89,47 @@ def test_committed_100k_checksums_agree_with_the_shared_copy():
     assert len(big) == 70 and len({rel.split("/")[1] for _, rel in big}) == 35
 
 
-def test_select_keeps_chats_by_id_or_number_and_the_first_questions_of_each(tier):
+def test_select_keeps_chats_by_id_or_number_and_n_questions_of_each(tier):
     kept = beam.select(tier, [1, "beam-100K-3"], 2)
     assert kept.memory_ids == ["beam-100K-1", "beam-100K-3"]
-    assert [q.qid for q in kept.questions] == ["beam-100K-1:q1", "beam-100K-1:q2", "beam-100K-3:q1", "beam-100K-3:q2"]
+    assert Counter(q.memory_id for q in kept.questions) == {"beam-100K-1": 2, "beam-100K-3": 2}
     assert {g.qid for g in kept.gold} == {q.qid for q in kept.questions}
     with pytest.raises(ValueError, match=r"unknown BEAM chat\(s\) \['99'\]"):
         beam.select(tier, [99])
+
+
+def test_limit_draws_each_chats_questions_across_abilities_seeded(tier):
+    """The first N questions of a chat are all abstention (the file lists abilities in blocks):
+    LIMIT=N draws across the abilities instead, the same draw for a chat whichever chats run."""
+    first = {g.question_type for g in tier.gold if g.memory_id == "beam-100K-1"}
+    assert len(first) == 10
+    kept = beam.select(tier, None, 2)
+    abilities = {g.question_type for g in kept.gold}
+    assert len(kept.questions) == 40 and len(abilities) >= 8  # not 1 of 10 (abstention)
+    for chat in {g.memory_id for g in kept.gold}:  # two abilities per chat
+        assert len({g.question_type for g in kept.gold if g.memory_id == chat}) == 2
+    ten = beam.select(tier, [1], 10)
+    assert sorted(g.question_type for g in ten.gold) == sorted(beam.ABILITIES)  # one of each
+    again = beam.select(tier, [1, 2], 2)
+    assert [q.qid for q in again.questions if q.memory_id == "beam-100K-1"] == \
+        [q.qid for q in kept.questions if q.memory_id == "beam-100K-1"]
+    order = [q.qid for q in tier.questions]
+    assert [q.qid for q in kept.questions] == sorted((q.qid for q in kept.questions), key=order.index)
+    assert len(beam.select(tier, [1], 0).questions) == 0 and len(beam.select(tier, [1], 99).questions) == 20
+
+
+def test_a_limited_beam_run_records_what_was_sampled(tmp_path, monkeypatch, capsys):
+    root = tiny_tier(tmp_path, chats=("1",), groups=1)
+    sets = run_overrides(tmp_path, root, **{"data.question_limit": 3})
+    monkeypatch.setattr(sys, "argv", ["01_preprocess"] + [a for s in sets for a in ("--set", s)])
+    main("01_preprocess", "beam")
+    out = capsys.readouterr().out
+    m = json.loads((tmp_path / "results" / "beam" / "t" / "01_preprocess.manifest.json").read_text())
+    selection = m["selection"]
+    assert selection["question_limit"] == 3
+    assert "across its abilities" in selection["rule"] and "seed 42" in selection["rule"]
+    assert sum(selection["by_category"].values()) == 3 and len(selection["by_category"]) == 3
+    assert f"LIMIT=3: {selection['rule']}" in out
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -325,6 +325,22 @@ def test_demo_command_end_to_end_on_the_fake_server(fake_server, tmp_path, capsy
     # The JSON roles sent their demo schema; the answer role sent none.
     assert fake_server.requests_of_kind("judge_locomo")[0]["response_format"]["type"] == "json_schema"
     assert "response_format" not in fake_server.requests_of_kind("answer")[0]
+    # The table, the page and metrics.json say what a 135M model shows; the table prints once.
+    table = (run_dir / "table_smollm2-135m.md").read_text()
+    assert table.startswith("> NOTE: DEMO: a 135M-parameter model") and "does not measure accuracy" in table
+    header = next(line for line in table.splitlines() if line.startswith("| "))
+    assert out.count(header) == 1 and out.count("> NOTE: DEMO: a 135M-parameter model") == 1
+    page = (run_dir / "report" / "index.html").read_text()
+    title_end = page.index("</h1>")
+    assert 0 < page.index('id="run-note"') - title_end < 40 and "does not measure accuracy" in page
+    # The bundled sample is named as one, not warned about as a modified LoCoMo.
+    assert "MODIFIED DATASET" not in out
+    assert "Data: the bundled synthetic sample conversation (configs/demo_sample_conversation.json): a bundled " \
+           "sample, not the benchmark's release." in table
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["dataset"]["status"] == "sample" and "demo_sample_conversation.json" in metrics["dataset"]["note"]
+    assert metrics["note"].startswith("DEMO: a 135M-parameter model")
+    assert "the bundled synthetic sample" in out.splitlines()[0]
 
 
 def test_demo_reports_bad_data_in_one_line(tmp_path, capsys):
@@ -411,3 +427,13 @@ def test_demo_with_the_real_model_on_one_session(tmp_path, capsys, monkeypatch):
     assert line.split()[1:4] == [
         "1", str(sum(r["repaired"] for r in plans)), str(sum(r["fallback_used"] for r in plans))
     ]
+
+
+def test_readme_states_the_demo_time_as_measured_with_the_machine():
+    from tests.conftest import REPO
+
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    at = text.index("`make demo` needs no key")
+    said = text[at:at + 900]
+    assert "12 min 18 s" in said and "7 min 6 s" in said and "2-core machine" in said and "about" in said
+    assert "takes longer" in said and "4 to 7 minutes" not in text

@@ -104,6 +104,22 @@ def test_every_nav_entry_exists_and_every_page_is_in_the_nav():
     assert not unlisted, f"pages under docs/ missing from mkdocs.yml nav: {unlisted}"
 
 
+def test_the_home_page_names_every_page():
+    """docs/index.md's table of pages is how a reader finds a page outside the site's menu."""
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([\w-]+\.md)(?:#[\w-]+)?\)", index.split("## The pages", 1)[1]))
+    missing = [str(p.relative_to(DOCS)) for p in pages() if p.name != "index.md" and p.name not in linked]
+    assert not missing, f"docs/index.md's table of pages leaves out: {missing}"
+
+
+def test_the_memory_systems_page_lists_every_registered_system():
+    from common.systems.registry import REGISTERED
+
+    first = (DOCS / "memory-systems.md").read_text(encoding="utf-8").split("\n\n")[1]
+    named = set(re.findall(r"`([a-z0-9_]+)`", first))
+    assert set(REGISTERED) <= named, f"not in memory-systems.md's list: {sorted(set(REGISTERED) - named)}"
+
+
 def link_targets() -> list[tuple[Path, int, str]]:
     return [(p, n, m.group(1)) for p in [REPO / "README.md", *pages()] for n, line in prose(p)
             for m in LINK.finditer(re.sub(r"`[^`]*`", "", line))]

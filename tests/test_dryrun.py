@@ -67,3 +67,42 @@ def test_an_llm_stage_of_the_graph_without_an_estimator_is_listed(tmp_path, monk
     assert row["role"] == "answer" and row["calls"] == 0
     assert row["basis"] == "no estimator for this stage in common.pipeline.dryrun"
     assert "10_critique" in dryrun.format_estimate(dryrun.estimate(cfg))
+
+
+def test_beam_answers_are_priced_with_a_buffer_sized_from_beams_own_turns(tmp_path):
+    """The paper's 7,620-token LoCoMo buffer (7,470 + the plan) is about 19 episodes of LoCoMo's short
+    turns; a BEAM chat's messages are ten times as long, and so is the buffer its answers are sent."""
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    from common.benchmarks import beam
+    from common.core.tokens import count_tokens
+    from common.method.render import render_turn
+
+    shared = REPO.parent / "shared" / "data" / "beam" / "100K"
+    if not shared.exists():
+        pytest.skip(f"shared BEAM data not at {shared}")
+    tier = tmp_path / "100K"
+    shutil.copytree(shared / "1", tier / "1")  # one real chat: its 20 questions, its own long turns
+
+    def answer_per_question(config: str, data: Path, **sets: object) -> tuple[float, str]:
+        est = dryrun.estimate(load_config([config], run_overrides(tmp_path, data, **sets)))
+        row = _stage(est, "07_answer")
+        return row["prompt_tokens"] / row["calls"], row["basis"]
+
+    locomo, _ = answer_per_question("configs/locomo.yaml", REPO.parent / "shared" / "data" / "locomo" / "locomo10.json",
+                                    **{"data.memories": "[conv-26]", "data.question_limit": 4})
+    beam_q, basis = answer_per_question("configs/beam.yaml", tier, **{"data.memories": "[1]", "data.question_limit": 4})
+    assert 7000 < locomo < 8500  # LoCoMo: the paper's mean, as before
+    turns = [count_tokens(render_turn(t, False)) for s in beam.load_beam(tier).sessions
+             if s.memory_id == "beam-100K-1" for t in s.turns]
+    mean_turn = sum(turns) / len(turns)
+    expected = min(7470 / (8 * 48.2) * 8 * mean_turn, sum(turns))  # 19 episodes of BEAM turns, at most the chat
+    assert beam_q > 5 * locomo
+    assert abs(beam_q - expected) < 700  # the rest: the answer prompt, the plan text and the question
+    assert f"x {mean_turn:.0f} tokens per turn of this data" in basis
+    capped, _ = answer_per_question("configs/beam.yaml", tier, **{"data.memories": "[1]", "data.question_limit": 4,
+                                                                  "retrieve.max_buffer_tokens": 2000})
+    assert capped < 3000

@@ -76,6 +76,8 @@ class FileAdapter:
     # for a benchmark released as several files; another file runs but is marked "modified dataset".
     official_sha256: Any = ""
     official_is_folder = False  # the release is a folder checked file by file (BEAM)
+    # How ``data.question_limit`` picks a memory's questions: 01_preprocess records it in its manifest.
+    limit_rule = "the first N questions of each memory, in file order"
 
     def official(self, cfg: Any) -> Any:
         """The official hashes for this run's configuration (``official_sha256`` unless the

@@ -37,6 +37,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from common.benchmarks import beam_data, locomo
 from common.benchmarks.base import BenchmarkData, DataError, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, read_json, required, show
@@ -230,8 +232,49 @@ def _parse_questions(path: Path, memory_id: str) -> tuple[list[Question], list[G
     return questions, golds
 
 
+# ``data.question_limit`` on BEAM: the seed of the per-chat draw across abilities.
+LIMIT_SEED = 42
+LIMIT_RULE = (f"N questions of each chat drawn across its abilities (stratified: one ability after another "
+              f"in a seeded order, a seeded question of each; seed {LIMIT_SEED} and the chat's number)")
+
+
+def sample(data: BenchmarkData, question_limit: int) -> BenchmarkData:
+    """``question_limit`` questions of each chat, spread over its abilities.
+
+    A chat's question file lists its abilities one block after another, abstention first, so its
+    first N questions would all be abstention questions. Which questions a partial run covers is
+    a choice of the data subset, made here before any stage runs and never seen by the method
+    (as ``common.benchmarks.subset`` draws the ablation subsets): it reads the gold ability labels
+    for that only. The draw is seeded per chat (``LIMIT_SEED`` and the chat's folder number), so
+    a chat gets the same questions whichever other chats are selected; the abilities are visited
+    in a seeded order and each gives one seeded question per round until N are taken. The kept
+    questions stay in file order.
+    """
+    if question_limit < 0:
+        raise ValueError(f"data.question_limit: must be >= 0, got {question_limit}")
+    by_chat: dict[str, dict[str, list[str]]] = {}
+    for g in data.gold:
+        by_chat.setdefault(g.memory_id, {}).setdefault(g.question_type, []).append(g.qid)
+    keep: set[str] = set()
+    for memory_id, by_ability in by_chat.items():
+        number = memory_id.rsplit("-", 1)[-1]
+        rng = np.random.default_rng([LIMIT_SEED, int(number) if number.isdigit() else 0])
+        order = [a for a in ABILITIES if a in by_ability] + sorted(a for a in by_ability if a not in ABILITIES)
+        order = [order[i] for i in rng.permutation(len(order))]
+        pools = {a: [by_ability[a][i] for i in rng.permutation(len(by_ability[a]))] for a in order}
+        taken: list[str] = []
+        while len(taken) < question_limit and any(pools.values()):
+            for a in order:
+                if pools[a] and len(taken) < question_limit:
+                    taken.append(pools[a].pop(0))
+        keep.update(taken)
+    return BenchmarkData(sessions=data.sessions, questions=[q for q in data.questions if q.qid in keep],
+                         gold=[g for g in data.gold if g.qid in keep])
+
+
 def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: int | None = None) -> BenchmarkData:
-    """Keep the chats named (memory ids, or their folder numbers) and the first N questions of each."""
+    """Keep the chats named (memory ids, or their folder numbers) and N questions of each, drawn
+    across its abilities (``sample``)."""
     if chats is not None:
         chats = [str(c) for c in chats]  # MEMORIES=1,2 arrives as YAML ints
         known = data.memory_ids
@@ -240,7 +283,8 @@ def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: 
         if unknown:
             raise ValueError(f"data.memories: unknown BEAM chat(s) {unknown}; known: {known}")
         chats = [c if c in known else by_number[c] for c in chats]
-    return locomo.select(data, chats, question_limit)  # the same per-memory selection as LoCoMo's
+    kept = locomo.select(data, chats, None)  # the chats, as LoCoMo keeps conversations
+    return kept if question_limit is None else sample(kept, question_limit)
 
 
 class _BeamAdapter(FileAdapter):
@@ -252,6 +296,7 @@ class _BeamAdapter(FileAdapter):
     # The official release, per file under chats/ of the pinned commit (<tier>/<n>/<file>), both tiers.
     official_sha256 = {f"{tier}/{rel}": sha for tier in TIERS for rel, sha in official_files(tier).items()}
     official_is_folder = True
+    limit_rule = LIMIT_RULE
 
     def official(self, cfg: Any) -> dict[str, str]:
         """The tier's files (``data.tier``), relative to the tier folder as ``data_files`` reads them."""

@@ -107,6 +107,9 @@ class DataConfig:
     errata: Optional[str] = None
     # BEAM: the tier folder read when neither data.path nor $BEAM_DIR is set (data/beam/<tier>).
     tier: Literal["100K", "500K"] = "100K"
+    # A bundled sample that is no benchmark release (the demo's synthetic conversation): its name.
+    # Recorded as such in metrics.json instead of being compared with the official release.
+    sample: Optional[str] = None
 
 
 # Roles never sent as a batch: plan, bridge and answer are timed as the paper's online cost (Table 3);
@@ -446,6 +449,9 @@ class RunConfig:
     results_dir: str = "results"
     max_error_rate: float = 0.2  # a stage exits non-zero above this fraction of failed rows
     export: bool = True  # 09_aggregate writes export/questions.jsonl|csv + manifest (common.pipeline.export)
+    # A line 09_aggregate puts at the top of the run's tables and in metrics.json (the demo: what its
+    # 135M model's numbers show and what they do not).
+    note: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,13 @@ def diff(before: dict[str, Any], after: dict[str, Any], prefix: str = "") -> lis
     return out
 
 
+def shown(name: str) -> str:
+    """A differing component as the config key a user would set: the method sections sit under
+    ``method`` in the fingerprint, and the config's own ``method`` section would read
+    ``method.method.name``; it is the key ``method.name``."""
+    return name.removeprefix("method.") if name.startswith("method.method.") else name
+
+
 def check_and_store(run_dir: Path, components: dict[str, Any], *, key: str, force: bool) -> str:
     """Compare with the fingerprint stored in the run directory; store it when new or forced.
 
@@ -171,10 +178,11 @@ def check_and_store(run_dir: Path, components: dict[str, Any], *, key: str, forc
     fp = short(components)
     old = stored.get(key)
     if old and old["id"] != fp and not force:
-        changed = ", ".join(diff(old["components"], components)[:6]) or "components"
+        changed = ", ".join(shown(d) for d in diff(old["components"], components)[:6]) or "components"
         raise FingerprintMismatch(
             f"{run_dir} was made under protocol {old['id']} and this config gives {fp} "
-            f"(changed: {changed}); use a new run name (RUN=...) or --force the stage")
+            f"(changed: {changed}); use a new run name (RUN=...), or redo it under this config with FORCE=1 "
+            "(--force)")
     if old is None or old["id"] != fp:
         stored[key] = {"id": fp, "components": components}
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -700,8 +700,14 @@ class LLMClient:
             return
         with ThreadPoolExecutor(max_workers=self.workers()) as pool:
             futures = {pool.submit(run, item): item for item in items}
-            for fut in as_completed(futures):
-                yield futures[fut], fut.result()
+            try:
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+            except BaseException:
+                # Ctrl-C, or the consumer stopped: drop the calls not yet started, so leaving the
+                # pool waits only for those in flight (paid, so their replies still reach the cache).
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
 
     def summary(self) -> dict[str, Any]:
         out = {role: s.summary() for role, s in sorted(self.stats.items())}
@@ -782,6 +788,18 @@ class EndpointProbe:
     def model_ids(self) -> list[str]:
         """The ids ``/v1/models`` lists."""
         return [str(getattr(m, "id", m)) for m in self.sdk.models.list()]
+
+    def unreachable(self) -> Optional[str]:
+        """None when the endpoint answers ``GET /models`` at all, else why not (one line): only
+        "no answer" counts here (cannot connect, timed out); an HTTP error or an odd body is an
+        answer, from a server that is up."""
+        try:
+            self.sdk.models.list()
+        except openai.APIConnectionError as exc:  # timeouts too (APITimeoutError is one)
+            return self.describe(exc)[0]
+        except Exception:  # noqa: BLE001 - any other failure still came from a live server
+            return None
+        return None
 
     def chat(self, body: dict[str, Any], *, prompt_id: str, extra_body: Optional[dict[str, Any]] = None
              ) -> tuple[str, float, dict[str, str]]:

@@ -18,6 +18,7 @@ Everything else is ``configs/demo.yaml`` and the same stage code as ``make locom
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ from common.core.config import REPO_ROOT, Config, ConfigError, load_config, reso
 from common.core.io import read_jsonl
 from common.core.llm import EndpointNotConfigured
 from common.demo.local_llm import LocalEndpoint, LocalModelError
-from common.pipeline.engine import Run, StageFailed, run_pipeline
+from common.pipeline.engine import Run, StageFailed, nothing_to_run, run_pipeline
 from common.pipeline.graph import llm_stages
 from common.pipeline.ledger import row_failure
 from common.report.html import build as build_report
@@ -47,6 +48,7 @@ DEMO_CONFIG = "configs/demo.yaml"
 SAMPLE_PATH = REPO_ROOT / "configs" / "demo_sample_conversation.json"
 DOWNLOADED_PATH = "data/locomo10.json"  # where `make data` puts the real file
 DATA_ENV = "LOCOMO_JSON"
+SAMPLE_NAME = "the bundled synthetic sample conversation (configs/demo_sample_conversation.json)"
 DEFAULT_CONVERSATION = "conv-26"  # the first LoCoMo conversation
 MAX_TURNS = 36  # conv-26: sessions 1-2 (35 turns); the sample: all 3 sessions (24 turns)
 
@@ -233,9 +235,14 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.endpoint:
         overrides.append(f"models.default.base_url={args.endpoint}")
     cfg = load_config([args.config], overrides)
+    if nothing_to_run(cfg):
+        print(nothing_to_run(cfg), flush=True)
+        return 0
     demo_dir = resolve_path(cfg.run.results_dir)
     data = write_demo_input(Path(source), demo_dir / "input", kind, args.conversation, args.max_turns)
-    cfg = load_config([args.config], overrides + [f"data.path={data.path}"])
+    # The bundled sample is named as such: no benchmark release to compare it with (no MODIFIED DATASET).
+    sample = [f"data.sample={SAMPLE_NAME}"] if kind == "sample" else []
+    cfg = load_config([args.config], overrides + [f"data.path={data.path}"] + sample)
     log_path = demo_dir / "local_server.log"
     what = "LoCoMo" if kind == "locomo" else "the bundled synthetic sample (no locomo10.json found)"
     print(f"EnSIMem offline demo: {what}, conversation {data.conversation}: {data.sessions} of "
@@ -256,9 +263,9 @@ def run_demo(args: argparse.Namespace) -> int:
     with endpoint:  # stopped on success, error and Ctrl-C alike
         run_pipeline(run)
     counts = stage_counts(run.dir, cfg.judge.name)
-    print("\n== Results (" + _show(run.dir / f"table_{cfg.judge.name}.md") + ")")
     table = run.dir / f"table_{cfg.judge.name}.md"
-    print(table.read_text(encoding="utf-8").strip() if table.exists() else "(no table)")
+    # 09_aggregate printed the table (headed by run.note) above: said where, not printed twice.
+    print(f"\n== Results: the table 09_aggregate printed above ({_show(table) if table.exists() else 'no table'})")
     print("\n== Per question (the same 135M model answered and judged)")
     print(question_lines(run.dir, cfg.judge.name))
     print("\n== Repairs, fallbacks and failures (all counted; failures score as wrong)")
@@ -273,8 +280,21 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"\nwall time: {time.time() - started:.0f} s")
     print("\n" + DISCLAIMER)
     # Last, so it is the line a user sees: every question of the run, opened in a browser.
-    print(f"\nper-question report (open in a browser): {_show(build_report(run.dir))}")
+    page = build_report(run.dir)
+    if cfg.run.note:
+        mark_page(page, cfg.run.note)
+    print(f"\nper-question report (open in a browser): {_show(page)}")
     return 0
+
+
+def mark_page(page: Path, note: str) -> None:
+    """Put ``note`` at the top of the report page, under its title: the page is read without the
+    terminal's caveats, so it carries them itself."""
+    text = page.read_text(encoding="utf-8")
+    banner = f'<p class="warn" id="run-note"><strong>NOTE:</strong> {html.escape(note)}</p>\n'
+    at = text.find("</h1>")
+    at = at + len("</h1>") + 1 if at >= 0 else text.find("<body>") + len("<body>") + 1
+    page.write_text(text[:at] + banner + text[at:], encoding="utf-8")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

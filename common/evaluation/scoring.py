@@ -148,6 +148,8 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     dataset = metrics.get("dataset") or {}
     if dataset.get("warning"):  # a benchmark file other than the official release
         line += f" {dataset['warning']}."
+    elif dataset.get("status") == "sample":  # a bundled sample (data.sample), named as one
+        line += f" Data: {dataset.get('note')}."
     return line
 
 

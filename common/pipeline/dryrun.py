@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -58,7 +59,8 @@ ASSUME = {
     "plan_out": 350,                 # one hop plan with anchors
     "bridges_per_question": 0.1,     # hops declaring a bridge, before 05 has run (then counted)
     "bridge_out": 40,
-    "ensimem_buffer": 7470,          # the paper's Table 3 mean context tokens (capped by max_buffer_tokens)
+    "ensimem_buffer": 7470,          # the paper's Table 3 mean context tokens, measured on LoCoMo
+    "locomo_turn_tokens": 48.2,      # LoCoMo's mean rendered turn (locomo10.json: 5,882 turns)
     "plan_text_in_answer": 150,
     "plan_vocabulary": 600,          # properties shown to the planner when plan.vocabulary_max is unset (full list)
     "answer_out": 20,
@@ -110,6 +112,35 @@ def _bridges_done(run_dir: Path) -> int:
     return sum(len(r.get("bridges", [])) for r in read_jsonl(artifacts.path(run_dir, "retrievals"), missing_ok=True))
 
 
+def ensimem_buffer(cfg: Config, data: Any, turn_tokens: dict[str, list[int]], rep: dict[str, Any],
+                   mean_turn: float) -> tuple[float, str]:
+    """(episode tokens in one answer's buffer, how they were estimated) from THIS run's data and config.
+
+    The paper's one measurement (Table 3: 7,470 tokens on LoCoMo) is a number of episodes: about
+    7,470 / (8 turns x 48.2 tokens) = 19 theme episodes of LoCoMo's short turns. The same number of
+    episodes is sized here with this data's own mean turn and the configured episode size
+    (``episodes.mode``: 8 turns assumed per theme episode, one turn, or a whole session), then
+    capped by the memory a question is asked about and by ``retrieve.max_buffer_tokens``. On
+    LoCoMo that is the paper's mean; a benchmark of long turns (BEAM's ~456-token messages) gets a
+    buffer as many times larger, as the run will spend.
+    """
+    episodes = ASSUME["ensimem_buffer"] / (ASSUME["turns_per_theme_episode"] * ASSUME["locomo_turn_tokens"])
+    sessions = list(rep.values())
+    turns_per_episode = {"theme": ASSUME["turns_per_theme_episode"], "turn": 1,
+                         "session": (sum(len(turn_tokens[s.key]) for s in sessions) / len(sessions)
+                                     if sessions else 0)}[cfg.episodes.mode]
+    wanted = episodes * turns_per_episode * mean_turn
+    memory: dict[str, int] = defaultdict(int)
+    for s in data.sessions:
+        memory[s.memory_id] += sum(turn_tokens[rep[s.key].key])
+    cap = cfg.retrieve.max_buffer_tokens
+    per_question = [min(wanted, memory[q.memory_id], cap if cap is not None else wanted) for q in data.questions]
+    mean = sum(per_question) / len(per_question) if per_question else wanted
+    return mean, (f"{episodes:.0f} episodes (the paper's 7,470-token LoCoMo mean) of {turns_per_episode:.0f} turns "
+                  f"x {mean_turn:.0f} tokens per turn of this data, capped by the memory"
+                  + (f" and max_buffer_tokens {cap}" if cap is not None else ""))
+
+
 def estimate(cfg: Config) -> dict[str, Any]:
     data_adapter = adapter(cfg.benchmark)
     _, data, _ = load_selected(cfg)
@@ -135,6 +166,7 @@ def estimate(cfg: Config) -> dict[str, Any]:
 
     run_dir = cfg.run_dir
     tin: float  # input tokens of the stage being estimated
+    buffer_basis = ""
     if ensimem:
         if cfg.episodes.mode == "theme":
             tin = sum(_tok(partition_messages(s, imgs)) for s in unique)
@@ -158,15 +190,14 @@ def estimate(cfg: Config) -> dict[str, Any]:
             add(IDS["plan"], "plan_audit", nq, sum(audit_in + count_tokens(q.question) for q in data.questions),
                 ASSUME["plan_out"] * nq, _existing(run_dir, "plans"),
                 "one per question (plan.audit); template exact, candidate plan assumed")
-        cap = cfg.retrieve.max_buffer_tokens
-        buffer = (ASSUME["ensimem_buffer"] if cap is None else min(ASSUME["ensimem_buffer"], cap)) \
-            + ASSUME["plan_text_in_answer"]
+        episodes_text, buffer_basis = ensimem_buffer(cfg, data, turn_tokens, rep, mean_turn)
+        buffer = episodes_text + ASSUME["plan_text_in_answer"]
         if cfg.retrieve.bridges and cfg.retrieve.mode != "dense_only":
             n_bridges, basis = _bridges(run_dir, {q.qid for q in data.questions})
             overhead = count_tokens(prompts.load("bridge_system")) + count_tokens(prompts.load("bridge_user")) + 60
-            add(IDS["retrieve"], "bridge", n_bridges, n_bridges * (overhead + ASSUME["ensimem_buffer"]),
+            add(IDS["retrieve"], "bridge", n_bridges, n_bridges * (overhead + episodes_text),
                 ASSUME["bridge_out"] * n_bridges, _bridges_done(run_dir),
-                f"{basis}; context assumed the paper's mean buffer")
+                f"{basis}; context assumed the mean buffer ({buffer_basis})")
         answer_prompt = prompts.pick("answer_system", cfg.prompts.set)
     else:
         by_memory: dict[str, int] = {}
@@ -202,7 +233,7 @@ def estimate(cfg: Config) -> dict[str, Any]:
     # answer.draft: json makes the answer call the JSON draft of role answer_draft (EnSIMem's buffer only).
     answer_role = "answer_draft" if ensimem and cfg.answer.draft == "json" else "answer"
     add(IDS["answer"], answer_role, nq, tin, ASSUME["answer_out"] * nq, _existing(run_dir, "answers"),
-        f"buffer {buffer:.0f} tokens per question ({'paper Table 3 mean' if ensimem else cfg.method.name})")
+        f"buffer {buffer:.0f} tokens per question ({buffer_basis if ensimem else cfg.method.name})")
     # answer.rerank / answer.verify (EnSIMem's episode buffer only): one call each per question,
     # over the whole buffer (an upper bound: verify reads the reranked episodes, and a plan that
     # needs every candidate is not reranked).

@@ -8,6 +8,7 @@ graph in order in one process (runners, the demo); ``main`` is every numbered sc
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -20,7 +21,7 @@ from typing import Any, Callable, Optional
 from common.benchmarks.registry import adapter
 from common.core import artifacts, fingerprint, progress
 from common.core.batch import BatchOptions
-from common.core.config import ROLES, Config, resolve_path
+from common.core.config import ROLES, Config, ConfigError, resolve_path
 from common.core.embeddings import Embedder
 from common.core.endpoints import cause_hint
 from common.core.io import StageWriter, content_digest, read_jsonl, write_json, write_manifest
@@ -28,7 +29,7 @@ from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, Ret
 from common.core.schema import Episode, PartitionRow, Question, Session, from_dict, to_dict
 from common.evaluation.scoring import POLICIES
 from common.method.render import MemoryView
-from common.pipeline import invocation
+from common.pipeline import invocation, preflight
 from common.pipeline.cli import parse
 from common.pipeline.graph import STAGES, Stage, by_name
 from common.systems.registry import uses_stage
@@ -46,6 +47,8 @@ class Run:
     force: bool = False
     progress: bool = True
     _client: LLMClient | None = None
+    # The row loop running now: (stage, rows done, rows in all), for the line a Ctrl-C prints.
+    at: tuple[str, int, int] | None = None
 
     @property
     def dir(self) -> Path:
@@ -73,6 +76,7 @@ class Run:
                                    c.max_attempts),
             )
         self._client.check_endpoints(roles)
+        preflight.check_reachable(roles, self._client.settings)  # a dead server fails now, not after retries
         return self._client
 
     @property
@@ -156,9 +160,13 @@ def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn:
             return row
     done = client.map(work, todo, desc=name, progress=run.progress) if client else (
         (i, work(i)) for i in progress.bar(todo, desc=name, enabled=run.progress))
+    written = len(items) - len(todo)
+    run.at = (name, written, len(items))
     try:
         for _, row in done:
             writer.write(to_dict(row))
+            written += 1
+            run.at = (name, written, len(items))
     finally:
         rows = writer.close(order=[key_fn(i) for i in items])
     n_failed = sum(1 for r in rows if failed(r))
@@ -317,12 +325,23 @@ def main_stages(stages: tuple[Stage, ...], benchmark: str, doc: Optional[str] = 
     instead of once per stage; every stage still reads its inputs from and writes its artifacts
     to the run directory, as when each runs as its own script."""
     cfg, args = parse(doc or "", benchmark)
+    if nothing_to_run(cfg):
+        print(nothing_to_run(cfg), flush=True)
+        return
     run = Run(cfg, force=args.force, progress=progress.interactive())
+    try:  # the method and every endpoint the stages will call, before the first one writes anything
+        for node in stages:
+            check_endpoint(run, node)
+    except (EndpointNotConfigured, ConfigError) as exc:
+        sys.exit(f"error: {' '.join(str(exc).split())}")
     whole = len(stages) > 1
     for i, node in enumerate(stages):
         before = invocation.snapshot(run)
+        run.at = None
         try:
             run_stage(run, node)
+        except KeyboardInterrupt:
+            sys.exit(interrupted(run, node, before))
         except EndpointNotConfigured as exc:
             sys.exit(f"error: {exc}")
         except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
@@ -331,3 +350,25 @@ def main_stages(stages: tuple[Stage, ...], benchmark: str, doc: Optional[str] = 
                 invocation.finish(run, node.id, stopped=True, before=before)
             sys.exit(f"error: {' '.join(str(exc).split())}")
         invocation.finish(run, node.id, before=before, last=(i == len(stages) - 1) if whole else None)
+
+
+def nothing_to_run(cfg: Config) -> str:
+    """The line to print instead of running, when the selection keeps no question (``LIMIT=0``):
+    otherwise 02-04 would still partition, extract and index every session for no question."""
+    if cfg.data.question_limit != 0:
+        return ""
+    return (f"nothing to run: LIMIT=0 (data.question_limit: 0) selects no question; nothing was read or "
+            f"written in {cfg.run_dir}")
+
+
+def interrupted(run: Run, node: Stage, before: dict[str, dict[str, int]]) -> int:
+    """Ctrl-C: one line on stderr saying where the run stopped and how to go on; the exit status 130.
+
+    The rows written so far stay (each is written whole as it completes) and the calls in flight
+    finished into the cache, so the same command resumes where this one stopped. The calls made
+    are still recorded in the invocation's file (``invocation.json``)."""
+    with contextlib.suppress(Exception):  # the record is a courtesy; the line below is what matters
+        invocation.record(run, node.id, before)
+    where = f"{run.at[0]} after {run.at[1]} of {run.at[2]} rows" if run.at else node.id
+    print(f"interrupted in {where}; run the same command to resume", file=sys.stderr, flush=True)
+    return 130

@@ -73,6 +73,7 @@ from common.systems.registry import system_class, uses_stage
 # ----------------------------------------------------------------------------- 01
 def preprocess(run: Run) -> None:
     started = time.time()
+    system_class(run.cfg.method.name)  # an unusable method.name stops here, before the fingerprint is written
     src, data, subset = load_selected(run.cfg)
     run_fp = check_protocol(run, reread=True)
     run.dir.mkdir(parents=True, exist_ok=True)
@@ -85,13 +86,32 @@ def preprocess(run: Run) -> None:
     write_jsonl(outs[3], source_rows)
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
+    selection = _selection(run, data.gold)
     manifest(run, ID["preprocess"], inputs=[src], outputs=outs, rows=len(data.questions),
                    started=started, extra={"source": str(src), "fingerprint": run_fp,
                                            "subset": str(subset.path) if subset else None,
                                            "memories": len({s.memory_id for s in data.sessions}),
-                                           "sessions": len(data.sessions), "turns": n_turns})
+                                           "sessions": len(data.sessions), "turns": n_turns,
+                                           **({"selection": selection} if selection else {})})
     print(f"{ID['preprocess']}: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
           f"{n_turns} turns, {len(data.questions)} questions -> {run.dir}", flush=True)
+    if selection:
+        print(f"{ID['preprocess']}: LIMIT={selection['question_limit']}: {selection['rule']}; by category: "
+              + ", ".join(f"{c} {n}" for c, n in selection["by_category"].items()), flush=True)
+
+
+def _selection(run: Run, gold: list[Gold]) -> dict[str, Any]:
+    """What ``data.question_limit`` kept, for the manifest and the user: the benchmark's rule and
+    the questions per category (read from the gold side here, for the record only)."""
+    limit = run.cfg.data.question_limit
+    if limit is None:
+        return {}
+    data = adapter(run.cfg.benchmark)
+    counts: dict[str, int] = defaultdict(int)
+    for g in gold:
+        counts[data.category(g)] += 1
+    return {"question_limit": limit, "rule": getattr(data, "limit_rule", ""),
+            "by_category": {c: counts[c] for c in sorted(counts)}}
 
 
 # ----------------------------------------------------------------------------- 02
@@ -286,6 +306,7 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
                 used = future.result()
             except BaseException as exc:  # KeyboardInterrupt too: the others finish first
                 first_error = first_error or exc
+                failed.set()  # a Ctrl-C here (the main thread): no memory not yet started starts
                 continue
             if used is not None:
                 spent.add(used)
@@ -430,8 +451,14 @@ def aggregate(run: Run) -> None:
     metrics["dataset"] = checksums.run_dataset(adapter(run.cfg.benchmark), run.cfg, dataset_sha256(run))
     led, ledger_files = ledger.write(run.dir)
     metrics["ledger"] = {"total": led["total"], "efficiency": led["efficiency"], "file": "ledger.json"}
+    note = run.cfg.run.note
+    if note:
+        metrics["note"] = note
     write_json(run.path("metrics"), metrics)
     outs = scorer.write_tables(run, metrics) + ledger_files
+    for path in outs if note else []:  # run.note heads every table of the run (the demo's caveat)
+        if path.suffix == ".md":
+            path.write_text(f"> NOTE: {note}\n\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
     manifest(run, ID["aggregate"], inputs=[run.judge_path(j) for j in judges] + [run.path("answers")],
              outputs=[run.path("metrics"), *outs], rows=len(judges), started=started)
     for path in outs:  # the tables; the ledger stays in its file (the invocation summary says what was paid)
