@@ -47,7 +47,7 @@ from common.core.tokens import count_tokens
 from common.evaluation import audited
 from common.evaluation.claims import Claim, load_claims
 from common.evaluation.labels import MISSING, RunLabels, clustered_accuracy, load_labels, run_benchmark, run_judges
-from common.evaluation.scoring import EXPECTED_SCORED
+from common.evaluation.coverage import EXPECTED_SCORED
 from common.evaluation.stats import judge_agreement
 from common.pipeline.audit import audit_dir
 from common.pipeline.engine import EndpointNotConfigured, Run, StageFailed, run_stage
