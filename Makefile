@@ -207,7 +207,7 @@ report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeva
 claims:  ## every published claim and run re-scored -> results/claims/claims.{md,csv,json} (JUDGE=our judge name, default harness; NO_REJUDGE=1; RESULTS, CONFIG, SET)
 	$(PY) -m common.report.claims $(if $(RESULTS),--results $(RESULTS)) $(if $(JUDGE),--judge $(JUDGE)) \
 		$(if $(filter-out configs/locomo.yaml,$(CONFIG)),--config $(CONFIG)) $(foreach s,$(SET),--set $(s)) \
-		$(if $(NO_REJUDGE),--no-rejudge)
+		$(if $(NO_REJUDGE),--no-rejudge) $(if $(PARTIAL_VS_CLAIM),--partial-vs-claim)
 
 import:  ## import another system's per-question file as a run: FILE=<file> RUN=<name> [FORMAT=zep|mem0|hindsight|locomo-audit|longmemeval] [CLAIM=<claims.yaml id>] [BENCH=longmemeval|beam] [SET]
 	@test -n "$(FILE)" -a -n "$(RUN)" || (echo "set FILE=<per-question file> RUN=<name> [FORMAT=...] [CLAIM=<claim id>] [BENCH=...]"; exit 2)

@@ -30,8 +30,8 @@ class Coverage:
 
     @property
     def text(self) -> str:
-        """``5 / 1,540`` (or ``5`` when the full size is not fixed)."""
-        return f"{self.covered:,}" if self.expected is None else f"{self.covered:,} / {self.expected:,}"
+        """``5 / 1,540`` (``5 questions`` when the full size is not fixed)."""
+        return f"{self.covered:,} questions" if self.expected is None else f"{self.covered:,} / {self.expected:,}"
 
     @property
     def mark(self) -> str:

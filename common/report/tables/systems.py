@@ -53,7 +53,7 @@ def _spent(run: RunData) -> dict[str, str]:
 
 def systems_table(ctx: Context) -> Table:
     table = Table("systems", "Memory systems: LLM-judge accuracy (%) of every finished run",
-                  ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Overall", "Answer model", "Judge",
+                  ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Coverage", "Overall", "Answer model", "Judge",
                    "Fingerprint (run / judge)", "Protocol", "Calls / q", "Tokens / q", "$ / q", "Source"])
     notes: list[str] = []
     for benchmark in BENCHMARKS:
@@ -67,7 +67,8 @@ def systems_table(ctx: Context) -> Table:
                 m = measured(run, judge)
                 ident = run.identity(judge, ctx.published)
                 row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"],
-                       "Answer prompt": about["prompt"], "Overall": fmt_acc(m.summary),
+                       "Answer prompt": about["prompt"], "Coverage": run.coverage.mark,
+                       "Overall": fmt_acc(m.summary),
                        "Answer model": ident.answer_model, "Judge": ident.judge_model,
                        "Fingerprint (run / judge)": _fingerprint(run, judge), "Protocol": ident.protocol,
                        **spent}
@@ -81,6 +82,7 @@ def systems_table(ctx: Context) -> Table:
         raise MissingRun(f"{ctx.results}: no finished run (no <benchmark>/<run>/metrics.json); "
                          f"create one with `make locomo` or `make locomo SET=\"method.name=mem0\" RUN=mem0`")
     table.notes += [
+        "Coverage: the questions the run labels of the benchmark's full set; PARTIAL k / n when fewer.",
         "One row per finished run and judge under the results directory, any memory system (method.name). "
         "Each cell is accuracy % [95% CI when metrics.json has one] (k/n), recounted from 01_gold.jsonl + "
         "08_judge_<judge>.jsonl; failed judgments count as wrong. Calls, tokens and $ per question: every "
