@@ -461,7 +461,8 @@ def test_tables_and_figures_are_written_after_a_small_run_not_named_paper(runs, 
     out_t, out_f = tmp_path / "tables", tmp_path / "figures"
     assert tables_cli.main(["--results", str(results), "--out", str(out_t)]) == 0
     # Every table; the figures this scenario makes or skips (each figure costs about a second to render).
-    assert figures.main(["--results", str(results), "--out", str(out_f), "--only", "main_locomo,main_beam,systems,2"]) == 0
+    only = "main_locomo,main_beam,systems,2"
+    assert figures.main(["--results", str(results), "--out", str(out_f), "--only", only]) == 0
     captured = capsys.readouterr()
     table1 = (out_t / "table1.md").read_text(encoding="utf-8")
     mark = json.loads((runs["a"] / "metrics.json").read_text())["coverage"]["mark"]

@@ -62,7 +62,7 @@ def of_metrics(metrics: Mapping[str, Any], benchmark: str = "") -> Coverage:
     cov = metrics.get("coverage") if isinstance(metrics.get("coverage"), Mapping) else None
     if cov is None:  # an older metrics.json: the first judge's overall n
         judges = metrics.get("judges") or {}
-        first = next(iter(judges.values()), {}) if isinstance(judges, Mapping) else {}
+        first: Mapping[str, Any] = next(iter(judges.values()), {}) if isinstance(judges, Mapping) else {}
         return of_benchmark(benchmark, int((first.get("overall") or {}).get("n") or 0))
     covered = cov.get("covered", cov.get("scored", 0))
     expected = cov.get("expected")

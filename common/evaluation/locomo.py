@@ -115,7 +115,8 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
         adv = metrics.get("adversarial") or {}
         if adv.get("status") == "scored":  # its own column, outside the paper's overall
             row["Adversarial (cat. 5, abstention rule)"] = format_accuracy(adv)
-        title = (f"{partial_mark(metrics)}LoCoMo accuracy (LLM judge {m['judge_model']}, prompt {m['prompt_id']}; categories 1-4, "
+        title = (f"{partial_mark(metrics)}LoCoMo accuracy (LLM judge {m['judge_model']}, prompt {m['prompt_id']}; "
+                 "categories 1-4, "
                  f"category 5 excluded: {metrics['questions']['excluded']['5 (adversarial)']}; "
                  f"failed judgments count as wrong: {m['overall']['n_failed']})\n\n{score_note(metrics, j)}")
         if "runs" in m:

@@ -159,7 +159,8 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
         row["Overall"] = format_accuracy(m["overall"])
         row["Abstention"] = format_accuracy(m["abstention"])
         row["Overall (strict yes/no)"] = format_accuracy(m["overall_strict_parse"])
-        title = (f"{partial_mark(metrics)}LongMemEval accuracy (official checker, judge {m['judge_model']}; label = 'yes' in reply, "
+        title = (f"{partial_mark(metrics)}LongMemEval accuracy (official checker, judge {m['judge_model']}; "
+                 "label = 'yes' in reply, "
                  f"strict parse beside; failed judgments count as wrong)\n\n{score_note(metrics, j)}")
         if "runs" in m:
             title += f"\n\n{describe_runs(m['runs'])}"

@@ -46,8 +46,8 @@ from common.core.tabular import describe, format_percent, write_table
 from common.core.tokens import count_tokens
 from common.evaluation import audited
 from common.evaluation.claims import Claim, load_claims
-from common.evaluation.labels import MISSING, RunLabels, clustered_accuracy, load_labels, run_benchmark, run_judges
 from common.evaluation.coverage import EXPECTED_SCORED, coverage, denominator
+from common.evaluation.labels import MISSING, RunLabels, clustered_accuracy, load_labels, run_benchmark, run_judges
 from common.evaluation.stats import judge_agreement
 from common.pipeline.audit import audit_dir
 from common.pipeline.engine import EndpointNotConfigured, Run, StageFailed, run_stage
@@ -362,8 +362,9 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
 
 
 # ----------------------------------------------------------------------------- the table
-COLUMNS = ["Run", "System", "Claim", "Coverage", "Own labels, own denominator", "vs claim", "Standard denominator (missing)",
-           "Audited key: corrected excluded", "Audited key: re-judged", "Our judge", "Agreement kappa (flips)",
+COLUMNS = ["Run", "System", "Claim", "Coverage", "Own labels, own denominator", "vs claim",
+           "Standard denominator (missing)", "Audited key: corrected excluded", "Audited key: re-judged", "Our judge",
+           "Agreement kappa (flips)",
            "Answer / gold tokens mean (p95)", "Accuracy by answer-length quartile", "Unmapped rows"]
 
 

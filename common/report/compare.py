@@ -26,7 +26,6 @@ from common.core.tabular import format_percent as _pct
 from common.evaluation.labels import RunLabels, category_order, load_labels, run_benchmark, run_judges
 from common.evaluation.loss import CLASSES as LOSS_CLASSES
 from common.evaluation.loss import decompose as loss_decomposition
-from common.pipeline.experiments import MAIN_CONFIGS, resolve_run
 from common.evaluation.stats import (
     FAILURE_MODES,
     Failures,
@@ -39,6 +38,7 @@ from common.evaluation.stats import (
     power_note,
     table10,
 )
+from common.pipeline.experiments import MAIN_CONFIGS, resolve_run
 
 OVERALL = "overall"
 
@@ -325,7 +325,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     """Decide the mode from the arguments, load the labels, compute the report."""
     results = Path(getattr(args, "results", None) or "results")
     dir_a = _run_dir(args.a, getattr(args, "benchmark", None), results)
-    dir_b_named = _run_dir(args.b, getattr(args, "benchmark", None) or run_benchmark(dir_a), results) if args.b else None
+    bench_b = getattr(args, "benchmark", None) or run_benchmark(dir_a)
+    dir_b_named = _run_dir(args.b, bench_b, results) if args.b else None
     same_run = dir_b_named is None or dir_b_named.resolve() == dir_a.resolve()
     if same_run:
         if not args.judge_b:

@@ -115,8 +115,8 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
         table.rows.append(row)
         meas.append((ref, ident))
         trust = trust_rows(run, judge, ref, method, groups, headers)
-        fill = {c: DASH for c in ["Coverage", *value_cols]} | {"Answer model": DASH, "Judge": ident.judge_model, "Protocol": DASH,
-                                                  "Comparable with": DASH}
+        fill = {c: DASH for c in ["Coverage", *value_cols]} | {"Answer model": DASH, "Judge": ident.judge_model,
+                                                               "Protocol": DASH, "Comparable with": DASH}
         table.rows += [fill | r for r in trust.rows]
         for cell in trust.cells:
             table.add_cell(*cell)

@@ -67,7 +67,8 @@ def _cell(summary: dict[str, Any] | None) -> str:
 
 
 def beam_table(ctx: Context) -> Table:
-    columns = ["Ref", "Method", "Run", "Coverage", "Judge", "Scoring", *[beam.SHORT_NAMES[a] for a in beam.ABILITIES], "Overall"]
+    columns = ["Ref", "Method", "Run", "Coverage", "Judge", "Scoring", *[beam.SHORT_NAMES[a] for a in beam.ABILITIES],
+               "Overall"]
     table = Table("table_beam", "BEAM: score % per ability (mean over chats of the chat means; "
                   "[95% CI, bootstrap over chats] (sum of question scores/questions); EO = tau_norm)", columns)
     runs = beam_runs(ctx.results)
