@@ -312,9 +312,6 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
     row["coverage"] = cov.to_dict()
     own["vs_claim_printed"] = own["vs_claim"] if cov.complete or partial_vs_claim or claim is None else (
         f"not compared: {cov.mark} (--partial-vs-claim prints it)")
-    if cov.partial:
-        notes.append(f"{run_dir.name}: {cov.mark}: the run labels {cov.covered:,} of the "
-                     f"{cov.expected:,} questions {'the claim counts' if claim else 'of the benchmark'}")
     for check in (source or {}).get("stated_checks") or []:
         if not check.get("reproduced"):
             notes.append(f"{run_dir.name}: the file states {check['field']}: {check['stated']} but its own rows "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 from common.core import artifacts
+from common.core.config import ConfigError, load_config
 from common.core.io import ArtifactError, read_json, read_jsonl, sha256_file
 from common.evaluation.coverage import Coverage, of_metrics
 from common.evaluation.labels import RunLabels, load_labels
@@ -318,8 +319,6 @@ class Context:
 
 def paper_method(benchmark: str) -> str:
     """``method.name`` of the paper's config (``configs/<benchmark>.yaml``)."""
-    from common.core.config import ConfigError, load_config
-
     try:
         return str(load_config([f"configs/{benchmark}.yaml"]).method.name)
     except (ConfigError, FileNotFoundError):
