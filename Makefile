@@ -37,6 +37,7 @@ FILE ?=
 FORMAT ?=
 CLAIM ?=
 NO_REJUDGE ?=
+PARTIAL_VS_CLAIM ?=
 PRESET ?= s
 PILOT ?=
 PYTEST_ARGS ?=
@@ -205,7 +206,7 @@ report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeva
 	$(PY) -m common.report.html --run $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(B),--b $(B)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(RESULTS),--results $(RESULTS))
 
-claims:  ## every published claim and run re-scored -> results/claims/claims.{md,csv,json} (JUDGE=our judge name, default harness; NO_REJUDGE=1; RESULTS, CONFIG, SET)
+claims:  ## every published claim and run re-scored -> results/claims/claims.{md,csv,json} (JUDGE=our judge name, default harness; NO_REJUDGE=1; PARTIAL_VS_CLAIM=1; RESULTS, CONFIG, SET)
 	$(PY) -m common.report.claims $(if $(RESULTS),--results $(RESULTS)) $(if $(JUDGE),--judge $(JUDGE)) \
 		$(if $(filter-out configs/locomo.yaml,$(CONFIG)),--config $(CONFIG)) $(foreach s,$(SET),--set $(s)) \
 		$(if $(NO_REJUDGE),--no-rejudge) $(if $(PARTIAL_VS_CLAIM),--partial-vs-claim)
