@@ -41,6 +41,7 @@ CACHE ?=
 FORMAT ?=
 CLAIM ?=
 NO_REJUDGE ?=
+PARTIAL_VS_CLAIM ?=
 PRESET ?= s
 PILOT ?=
 PYTEST_ARGS ?=
@@ -190,17 +191,18 @@ ablations-beam:  ## BEAM ablations (SUBSET=<file> or all)
 baselines-beam:  ## the same baselines on BEAM (SIZE=100K|500K)
 	$(PY) -m common.pipeline.runner baselines --benchmark beam $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
 
-tables:  ## paper Tables 1,2,3,4,10 and the systems table -> results/tables/ (md, csv, tex, sources.json); no LLM call
-	$(PY) -m common.report.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
+tables:  ## paper Tables 1,2,3,4,10 and the systems table from the runs that exist [RUN=main run] -> results/tables/ (md, csv, tex, sources.json); no LLM call
+	$(PY) -m common.report.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RUN),--run $(RUN)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
 
-figures:  ## paper Figures 2 and 3 -> figures/ (png, pdf, sources.json); no LLM call
-	$(PY) -m common.report.figures $(if $(SUBSET),--subset $(SUBSET)) $(if $(RESULTS),--results $(RESULTS)) $(if $(FIGURES),--out $(FIGURES))
+figures:  ## paper Figures 2 and 3, the main runs per group, the systems chart [RUN=main run] -> figures/ (png, pdf, sources.json); no LLM call
+	$(PY) -m common.report.figures $(if $(SUBSET),--subset $(SUBSET)) $(if $(RUN),--run $(RUN)) $(if $(RESULTS),--results $(RESULTS)) $(if $(FIGURES),--out $(FIGURES))
 
 paper: ablations baselines tables figures  ## ablations + baselines, then every table and figure (needs the main runs)
 
-compare:  ## paired comparison: A=<run dir> [B=<run dir>] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
-	@test -n "$(A)" || (echo "set A=results/<benchmark>/<run> and B=... (or JUDGE_B=<name> for two judges of A)"; exit 2)
-	$(PY) -m common.report.compare $(A) $(B) $(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
+compare:  ## paired comparison: A=<name or dir> [B=<name or dir>] [BENCH=locomo|longmemeval|beam] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
+	@test -n "$(A)" || (echo "set A=<run name or dir> and B=... [BENCH=...] (or JUDGE_B=<name> for two judges of A)"; exit 2)
+	$(PY) -m common.report.compare $(A) $(B) $(if $(BENCH),--benchmark $(BENCH)) $(if $(RESULTS),--results $(RESULTS)) \
+		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
 
 export:  ## portable per-question file: RUN=<name or dir> [BENCH=locomo|longmemeval|beam] -> <run dir>/export/questions.jsonl|csv, manifest.json
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 2)
@@ -211,10 +213,10 @@ report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeva
 	$(PY) -m common.report.html --run $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(B),--b $(B)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(RESULTS),--results $(RESULTS))
 
-claims:  ## every published claim and run re-scored -> results/claims/claims.{md,csv,json} (JUDGE=our judge name, default harness; NO_REJUDGE=1; RESULTS, CONFIG, SET)
+claims:  ## every published claim and run re-scored -> results/claims/claims.{md,csv,json} (JUDGE=our judge name, default harness; NO_REJUDGE=1; PARTIAL_VS_CLAIM=1; RESULTS, CONFIG, SET)
 	$(PY) -m common.report.claims $(if $(RESULTS),--results $(RESULTS)) $(if $(JUDGE),--judge $(JUDGE)) \
 		$(if $(filter-out configs/locomo.yaml,$(CONFIG)),--config $(CONFIG)) $(foreach s,$(SET),--set $(s)) \
-		$(if $(NO_REJUDGE),--no-rejudge)
+		$(if $(NO_REJUDGE),--no-rejudge) $(if $(PARTIAL_VS_CLAIM),--partial-vs-claim)
 
 import:  ## import another system's per-question file as a run: FILE=<file> RUN=<name> [FORMAT=zep|mem0|hindsight|locomo-audit|longmemeval] [CLAIM=<claims.yaml id>] [BENCH=longmemeval|beam] [SET]
 	@test -n "$(FILE)" -a -n "$(RUN)" || (echo "set FILE=<per-question file> RUN=<name> [FORMAT=...] [CLAIM=<claim id>] [BENCH=...]"; exit 2)

@@ -373,3 +373,44 @@ def test_coverage_of_a_beam_run_depends_on_its_selection():
     partial = coverage("beam", 20, {"question_limit": 1})
     assert partial["complete"] is False and "covers 20 of all the scored beam questions" in partial["warning"]
     assert coverage("locomo", 1540, {})["complete"] and not coverage("locomo", 20, {})["complete"]
+
+
+def test_a_partial_beam_run_is_marked_in_its_table_and_on_every_figure(tmp_path, monkeypatch):
+    """A BEAM run cut by its selection (LIMIT): PARTIAL in the table's Coverage column, in the title of the
+    per-ability figure, and in the main-run figure (per ability, with the bootstrap-over-chats CI)."""
+    monkeypatch.setattr(beam, "N_RESAMPLES", 300)
+    import argparse
+
+    from common.evaluation.scoring import coverage
+    from common.report import run_figures
+    from common.report.tables import command
+    from common.report.tables.beam import beam_figure
+
+    run_dir = tmp_path / "results" / "beam" / "try"
+    run_dir.mkdir(parents=True)
+    golds, rows = [], []
+    for c in range(2):
+        for a, floats in (("abstention", [1.0]), ("summarization", [0.5, 1.0]), ("temporal_reasoning", [0.5])):
+            golds.append(_gold(f"{a}-{c}", f"beam-100K-{c}", a, [f"i{k}" for k in range(len(floats))]))
+            rows.append(_scored_row(f"{a}-{c}", a, floats, fill=False))
+    write_jsonl(run_dir / "01_gold.jsonl", [to_dict(g) for g in golds])
+    write_jsonl(run_dir / "08_judge_j.jsonl", rows)
+    write_jsonl(run_dir / "07_answer.jsonl", [{"qid": g.qid, "model": "gpt-4.1-mini"} for g in golds])
+    cfg = SimpleNamespace(run=SimpleNamespace(name="try"), method=SimpleNamespace(name="ensimem"))
+    handle = SimpleNamespace(cfg=cfg, dir=run_dir, path=lambda n: run_dir / {"gold": "01_gold.jsonl"}[n],
+                             judge_path=lambda j: run_dir / f"08_judge_{j}.jsonl")
+    metrics = beam.aggregate(handle, ["j"])
+    metrics["coverage"] = coverage("beam", len(golds), {"question_limit": 3})  # as 09_aggregate records it
+    (run_dir / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
+    out = tmp_path / "tables"
+    assert command.main(["--results", str(tmp_path / "results"), "--out", str(out), "--only", "beam"]) == 0
+    assert "| PARTIAL 6 questions |" in (out / "table_beam.md").read_text(encoding="utf-8")
+    ctx = command.context(argparse.Namespace(results=str(tmp_path / "results"), experiments="configs/experiments.yaml",
+                                             published="configs/published.yaml", subset=None, run=None))
+    fig, series = beam_figure(ctx)
+    assert "PARTIAL runs: try PARTIAL 6 questions" in fig.axes[0].get_title()
+    assert all("[PARTIAL 6 questions]" in s["label"] for s in series)
+    fig, side = run_figures.main_figure(ctx, "beam")
+    assert "PARTIAL 6 questions" in fig.axes[0].get_title() and side["run"] == "try"
+    drawn = {p["group"]: p for p in side["points"]}
+    assert drawn[beam.SHORT_NAMES["summarization"]]["value"] == pytest.approx(0.5)  # official: int(0.5) = 0

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from common.benchmarks.question_map import SourceRow, map_rows, normalise
 from common.core.config import ConfigError
@@ -394,3 +395,32 @@ def test_a_run_a_claim_names_is_paired_with_the_claims_import_on_the_questions_b
     p = paired(ours, zep)
     assert (p["n"], p["k"], p["k_claim_run"]) == (3, 2, 2) and p["accuracy"] == p["accuracy_claim_run"] == 2 / 3
     assert paired(labels([]), zep)["accuracy"] is None
+
+
+def _claims_file(path: Path) -> Path:
+    """A registry with one claim on 1,540 questions that names harness run ``paper``."""
+    path.write_text(yaml.safe_dump({"claims": {"sys-locomo": {
+        "system": "Sys", "benchmark": "locomo", "value": "75.14", "printed": "75.14 %", "published_in": "a paper",
+        "per_question": {"available": False, "why": "none"}, "denominator": "1540", "runs": ["paper"]}}}))
+    return path
+
+
+def test_a_partial_run_is_marked_beside_a_claim_and_its_difference_printed_only_when_asked(tmp_path):
+    from tests.test_tables import LOCOMO_MAIN, PRIMARY, make_run
+
+    results = tmp_path / "results"
+    make_run(results, "locomo", "paper", LOCOMO_MAIN, {PRIMARY: [x[1] for x in LOCOMO_MAIN]})
+    registry = _claims_file(tmp_path / "claims.yaml")
+    out = tmp_path / "claims"
+    claims_report.build(results, out, rejudge=False, claims_path=str(registry))
+    data = json.loads((out / "claims.json").read_text())
+    (row,) = data["rows"]
+    # 13 scored questions (category 5 is not scored) of the claim's 1,540.
+    assert row["coverage"]["mark"] == "PARTIAL 13 / 1,540"
+    assert row["cells"]["own"]["vs_claim"].endswith("pp vs claim")  # kept in claims.json
+    md = (out / "claims.md").read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("| locomo/paper"))
+    assert "PARTIAL 13 / 1,540" in line and "not compared: PARTIAL 13 / 1,540" in line and "pp vs claim" not in line
+    claims_report.build(results, out, rejudge=False, claims_path=str(registry), partial_vs_claim=True)
+    line = next(ln for ln in (out / "claims.md").read_text().splitlines() if ln.startswith("| locomo/paper"))
+    assert "PARTIAL 13 / 1,540" in line and "pp vs claim" in line

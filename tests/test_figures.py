@@ -1,6 +1,7 @@
 """Figures 2 and 3 (common.report.figures) from hand-built ablation runs (see tests/test_tables.py)."""
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 from pathlib import Path
@@ -72,3 +73,42 @@ def test_rerun_gives_identical_pdf(tmp_path):
     first = (out / "figure3.pdf").read_bytes()
     _, out = _run(tmp_path, "--only", "3")
     assert (out / "figure3.pdf").read_bytes() == first
+
+
+def test_main_run_and_systems_figures_are_drawn_from_the_runs_that_exist_and_mark_a_partial_run(tmp_path, capsys):
+    """One partial LoCoMo run, no ``paper``, no ablations: its per-category figure (95% CIs) and the systems
+    chart are written with PARTIAL 13 / 1,540 on them; the rest is skipped with the command; exit 0."""
+    from common.report import run_figures
+    from common.report.tables.command import context
+    from tests.test_tables import LOCOMO_MAIN, make_run
+
+    d = make_run(tmp_path / "results", "locomo", "try", LOCOMO_MAIN, {PRIMARY: [x[1] for x in LOCOMO_MAIN]})
+    (d / "01_questions.jsonl").write_text("".join(json.dumps({"qid": f"conv-1:q{i + 1:04d}"}) + "\n"
+                                                  for i in range(len(LOCOMO_MAIN))))
+    answers = [json.loads(line) for line in (d / "07_answers.jsonl").read_text().splitlines()]
+    for a in answers:  # what the ledger counts: 1,020 tokens per question
+        a["usage"] = {"prompt_tokens": 1000, "completion_tokens": 20}
+    (d / "07_answers.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
+    code, out = _run(tmp_path)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    main = json.loads((out / "figure_main_locomo.sources.json").read_text())
+    assert main["run"] == "try" and main["coverage"]["mark"] == "PARTIAL 13 / 1,540"
+    k, n = recount(d, PRIMARY)
+    overall = main["points"][-1]
+    assert overall["group"] == "overall" and overall["k_n"] == f"{k}/{n}"
+    assert overall["ci"][0] < k / n < overall["ci"][1]
+    assert [p["group"] for p in main["points"]] == ["multi-hop", "temporal", "open-domain", "single-hop", "overall"]
+    systems = json.loads((out / "figure_systems.sources.json").read_text())
+    (point,) = systems["points"]
+    assert point["tokens_per_question"] == 1020 and point["coverage"]["mark"] == "PARTIAL 13 / 1,540"
+    for name in ("figure_main_locomo", "figure_systems"):
+        assert (out / f"{name}.png").read_bytes().startswith(b"\x89PNG") and (out / f"{name}.pdf").exists()
+    ctx = context(argparse.Namespace(results=str(tmp_path / "results"), experiments="configs/experiments.yaml",
+                                      published="configs/published.yaml", subset=None, run=None))
+    fig, _ = run_figures.main_figure(ctx, "locomo")
+    assert "PARTIAL 13 / 1,540" in fig.axes[0].get_title()
+    fig, _ = run_figures.systems_figure(ctx)
+    assert "PARTIAL" in fig.get_suptitle()
+    assert "figure main_longmemeval: skipped:" in captured.err and "make longmemeval RUN=paper" in captured.err
+    assert "figure 2: skipped:" in captured.err and "make ablations" in captured.err

@@ -16,7 +16,7 @@ from common.benchmarks.locomo import CATEGORY_NAMES
 from common.core.config import load_config
 from common.pipeline.engine import Run, run_stage
 from common.pipeline.importer import SourceError, import_run, main
-from tests.conftest import REAL_LOCOMO, REPO, rows
+from tests.conftest import REAL_LOCOMO, REPO, TINY_LOCOMO, rows
 
 AUDIT = REPO.parent / "shared" / "data" / "locomo-audit"
 FC = AUDIT / "fc-baseline"
@@ -166,3 +166,48 @@ def test_the_entry_point_runs_as_a_module_and_refuses_to_overwrite(tmp_path):
     assert "missing_judgment 1535" in first.stdout
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "exists" in again.stderr and "--force" in again.stderr
+
+
+def _hindsight_tiny(path: Path, stated: float) -> None:
+    """A Hindsight results file over the tiny LoCoMo fixture: 3 rows of tiny-1, one without a label."""
+    conv = json.loads(TINY_LOCOMO.read_text())[0]
+    scored = [q for q in conv["qa"] if q["category"] != 5][:3]
+    verdicts = [True, None, False]
+    details = [{"question": q["question"], "correct_answer": q["answer"], "predicted_answer": f"p{n}",
+                "category": q["category"], "is_correct": v, "is_invalid": False}
+               for n, (q, v) in enumerate(zip(scored, verdicts))]
+    path.write_text(json.dumps({"overall_accuracy": stated, "total_questions": 3, "total_invalid": 0,
+                                "item_results": [{"item_id": conv["sample_id"],
+                                                  "metrics": {"detailed_results": details}}]}))
+
+
+def test_an_import_says_what_it_covers_counts_a_null_label_as_no_label_and_flags_its_stated_figure(tmp_path, capsys):
+    """3 rows of 1,540: PARTIAL with its coverage; the null label is "no label in the file", not a judge
+    API error; the file's stated 0.55 is not what its rows give (1 of 3 = 33.33 %): flagged."""
+    src = tmp_path / "locomo.json"
+    _hindsight_tiny(src, 0.55)
+    assert main([str(src), "--run", "h", "--format", "hindsight", "--set", f"run.results_dir={tmp_path}",
+                 "--set", f"data.path={TINY_LOCOMO}"]) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "locomo" / "h"
+    assert "import: covers 3 / 1,540 scored locomo questions (PARTIAL 3 / 1,540" in out
+    assert ("import: WARNING: the file states overall_accuracy: 0.55 but its own rows give 33.33%" in out
+            and "not reproduced" in out)
+    source = json.loads((run_dir / "source.json").read_text())
+    assert source["coverage"]["mark"] == "PARTIAL 3 / 1,540"
+    assert source["stated_checks"][0]["reproduced"] is False
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    failures = metrics["judges"]["published"]["failures"]
+    assert failures.get("no_label_in_file") == 1 and "judge_api_error" not in failures
+    # The scored questions of the file without a row are not covered: 09_aggregate marks the run PARTIAL.
+    assert metrics["coverage"]["covered"] == 3 and metrics["coverage"]["complete"] is False
+    assert (run_dir / "table_published.md").read_text().startswith("PARTIAL 3 / 1,540: ")
+
+
+def test_a_stated_figure_the_rows_reproduce_is_not_flagged(tmp_path, capsys):
+    src = tmp_path / "locomo.json"
+    _hindsight_tiny(src, 100 / 3)  # percent, as benchmark_runner.py prints it
+    assert main([str(src), "--run", "h", "--format", "hindsight", "--set", f"run.results_dir={tmp_path}",
+                 "--set", f"data.path={TINY_LOCOMO}"]) == 0
+    assert "not reproduced" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "locomo" / "h" / "source.json").read_text())["stated_checks"][0]["reproduced"]

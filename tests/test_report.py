@@ -419,3 +419,67 @@ def test_every_artifact_name_in_the_docs_is_a_file_of_a_fixture_run(runs, tmp_pa
                 if not any(list(d.glob(_as_glob(name))) for d in dirs):
                     missing.append(f"{page.name}: {name}")
     assert not missing, missing
+
+
+# ----------------------------------------------------------------------------- partial runs, run names
+def test_the_page_header_marks_a_partial_run_and_draws_accuracy_with_its_cis(runs, tmp_path):
+    """The tiny fixture holds 9 of LoCoMo's 1,540 scored questions: the header says PARTIAL 9 / 1,540, and the
+    accuracy chart draws one bar and CI per category and overall from metrics.json."""
+    html = build(runs["a"], out=tmp_path / "index.html").read_text(encoding="utf-8")
+    metrics = json.loads((runs["a"] / "metrics.json").read_text())
+    mark = f"PARTIAL {metrics['coverage']['covered']} / 1,540"
+    assert metrics["coverage"]["covered"] < 1540
+    header = re.search(r"<header>(.*?)</header>", html, re.S).group(1)
+    assert f"[{mark}]" in header and 'id="coverage-mark"' in header
+    chart = re.search(r'<svg id="accuracy-chart".*?</svg>', html, re.S).group(0)
+    judged = metrics["judges"][JUDGE]
+    groups = [g for g, s in judged["by_category"].items() if s.get("accuracy") is not None] + ["overall"]
+    assert sorted(re.findall(r'class="acc-bar" data-group="([^"]+)"', chart)) == sorted(groups)
+    low = judged["overall"]["ci"]["low"]
+    assert f'class="ci" data-group="overall" x1="{170 + 580 * low:.2f}"' in chart
+
+
+def test_make_compare_takes_run_names_as_make_report_does(runs, capsys):
+    results = runs["a"].parent.parent
+    assert compare.main(["a", "b", "--benchmark", "locomo", "--results", str(results)]) == 0
+    assert f"A: {runs['a']}" in capsys.readouterr().out
+    assert compare.main(["nope", "b", "--benchmark", "locomo", "--results", str(results)]) == 2
+    assert "nope: not a run directory, nor a run name" in capsys.readouterr().err
+    dry = subprocess.run(["make", "-n", "compare", "A=a", "B=b", "BENCH=locomo", f"RESULTS={results}"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert f"a b --benchmark locomo --results {results}" in dry.stdout
+
+
+def test_tables_and_figures_are_written_after_a_small_run_not_named_paper(runs, tmp_path, capsys):
+    """The README's `make tables figures` after `make locomo MEMORIES=conv-26 LIMIT=20 RUN=try`: here the fake
+    server's tiny runs (``a``: the method, ``b``: a baseline, both partial; no ``paper``, no ablation) stand in.
+    Both commands exit 0, write what they can from the runs that exist and skip the rest with one line each."""
+    from common.report import figures
+    from common.report import tables as tables_cli
+
+    results = runs["a"].parent.parent
+    out_t, out_f = tmp_path / "tables", tmp_path / "figures"
+    assert tables_cli.main(["--results", str(results), "--out", str(out_t)]) == 0
+    # Every table; the figures this scenario makes or skips (each figure costs about a second to render).
+    only = "main_locomo,main_beam,systems,2"
+    assert figures.main(["--results", str(results), "--out", str(out_f), "--only", only]) == 0
+    captured = capsys.readouterr()
+    table1 = (out_t / "table1.md").read_text(encoding="utf-8")
+    mark = json.loads((runs["a"] / "metrics.json").read_text())["coverage"]["mark"]
+    assert mark.startswith("PARTIAL ") and "EnSIMem (harness, run a)" in table1 and mark in table1
+    assert f"main locomo run a: {mark}, the newest run of the paper's config" in captured.out
+    for name in ("figure_main_locomo", "figure_systems"):
+        assert (out_f / f"{name}.png").read_bytes().startswith(b"\x89PNG"), name
+    systems = json.loads((out_f / "figure_systems.sources.json").read_text())
+    assert {(p["benchmark"], p["run"]) for p in systems["points"]} == {("locomo", "a"), ("locomo", "b"),
+                                                                       ("longmemeval", "a")}
+    assert all(p["tokens_per_question"] > 0 for p in systems["points"])
+    skipped = [ln for ln in captured.err.splitlines() if ": skipped: " in ln]
+    assert any(ln.startswith("table 4: skipped:") and "make ablations" in ln for ln in skipped)
+    assert any(ln.startswith("figure main_beam: skipped:") and "make beam" in ln for ln in skipped)
+    assert any(ln.startswith("figure 2: skipped:") and "make ablations" in ln for ln in skipped)
+    dry = subprocess.run(["make", "-n", "tables", "figures", "RUN=try"], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    commands = [" ".join(line.split()) for line in dry.stdout.splitlines()]
+    assert any("-m common.report.tables --run try" in c for c in commands)
+    assert any("-m common.report.figures --run try" in c for c in commands)

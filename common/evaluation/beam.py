@@ -47,7 +47,7 @@ from common.core.io import read_jsonl
 from common.core.llm import LLMCallError, LLMClient
 from common.core.schema import AnswerRow, Gold, JudgeRow
 from common.core.tabular import write_table
-from common.evaluation.scoring import failure_cause, method_label
+from common.evaluation.scoring import failure_cause, method_label, partial_mark
 from common.evaluation.stats import score_with_ci
 
 ABILITIES = ("abstention", "contradiction_resolution", "event_ordering", "information_extraction",
@@ -438,7 +438,8 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
         fp = metrics.get("fingerprint", {})
         missing = [VARIANT_LABELS[v] for v in VARIANTS if "by_ability" not in m["variants"].get(v, {})]
         failures = ", ".join(f"{k} {v}" for k, v in m["failures"].items()) or "none"
-        title = (f"BEAM scores of {method_label(run.cfg, metrics)}, judge {m['judge_model']} (official rubric scorer; "
+        title = (f"{partial_mark(metrics)}BEAM scores of {method_label(run.cfg, metrics)}, judge {m['judge_model']} "
+                 "(official rubric scorer; "
                  f"headline: {VARIANT_LABELS[m['headline']]}). Per ability: mean over chats of the chat means, "
                  "95% CI by bootstrap over chats, sum of question scores / questions; event ordering = tau_norm. "
                  f"Failures count 0: {m['failures_total']} ({failures}); "

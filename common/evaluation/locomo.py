@@ -26,7 +26,7 @@ from common.evaluation.metrics import (
     locomo_f1,
 )
 from common.evaluation.repeats import describe_runs, n_runs, row_labels, runs_block
-from common.evaluation.scoring import failure_cause, judge_block, method_label, score_note
+from common.evaluation.scoring import failure_cause, judge_block, method_label, partial_mark, score_note
 
 
 def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold, repeat: int = 0) -> Any:
@@ -115,7 +115,8 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
         adv = metrics.get("adversarial") or {}
         if adv.get("status") == "scored":  # its own column, outside the paper's overall
             row["Adversarial (cat. 5, abstention rule)"] = format_accuracy(adv)
-        title = (f"LoCoMo accuracy (LLM judge {m['judge_model']}, prompt {m['prompt_id']}; categories 1-4, "
+        title = (f"{partial_mark(metrics)}LoCoMo accuracy (LLM judge {m['judge_model']}, prompt {m['prompt_id']}; "
+                 "categories 1-4, "
                  f"category 5 excluded: {metrics['questions']['excluded']['5 (adversarial)']}; "
                  f"failed judgments count as wrong: {m['overall']['n_failed']})\n\n{score_note(metrics, j)}")
         if "runs" in m:

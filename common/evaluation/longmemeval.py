@@ -27,7 +27,7 @@ from common.evaluation.metrics import (
     unit_session_metrics,
 )
 from common.evaluation.repeats import describe_runs, n_runs, row_labels, runs_block
-from common.evaluation.scoring import failure_cause, judge_block, method_label, score_note, summarize
+from common.evaluation.scoring import failure_cause, judge_block, method_label, partial_mark, score_note, summarize
 
 
 def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold, repeat: int = 0) -> Any:
@@ -159,7 +159,8 @@ def write_tables(run: Any, metrics: dict[str, Any]) -> list[Path]:
         row["Overall"] = format_accuracy(m["overall"])
         row["Abstention"] = format_accuracy(m["abstention"])
         row["Overall (strict yes/no)"] = format_accuracy(m["overall_strict_parse"])
-        title = (f"LongMemEval accuracy (official checker, judge {m['judge_model']}; label = 'yes' in reply, "
+        title = (f"{partial_mark(metrics)}LongMemEval accuracy (official checker, judge {m['judge_model']}; "
+                 "label = 'yes' in reply, "
                  f"strict parse beside; failed judgments count as wrong)\n\n{score_note(metrics, j)}")
         if "runs" in m:
             title += f"\n\n{describe_runs(m['runs'])}"

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from common.evaluation.coverage import of_benchmark, of_metrics
 from common.evaluation.stats import accuracy_with_ci, degenerate
 
 # Question-level failure causes (strict accuracy counts each as wrong).
@@ -24,6 +25,7 @@ CAUSES = {
     "judge_parse_error": "the judge reply was not a valid label (invalid JSON or no label)",
     "missing_answer": "no answer row (the answer stage did not finish)",
     "missing_judgment": "no judge row (the judge stage did not finish)",
+    "no_label_in_file": "an imported file's row carries no label (null): the file's authors gave none",
     "unknown": "no label and no recorded cause (a row written by hand or an older harness)",
 }
 
@@ -34,8 +36,6 @@ METHOD_NAMES = {
     "rag_turns": "RAG over turns", "no_memory": "no memory", "oracle": "oracle (gold evidence)",
 }
 
-# The full benchmark sizes a complete run must cover (spec/benchmarks.md).
-EXPECTED_SCORED = {"locomo": 1540, "longmemeval": 500}
 
 POLICIES = {
     "locomo": "LoCoMo categories 1-4 scored (5 adversarial excluded); judge label CORRECT/WRONG "
@@ -65,8 +65,8 @@ def failure_cause(judge_row: Optional[Mapping[str, Any]]) -> str:
         if inner in ("missing_answer", "answer stage failed"):
             return "missing_answer"
         return "answer_api_error"
-    if head == "judge_parse_error":
-        return "judge_parse_error"
+    if head in ("judge_parse_error", "no_label_in_file"):
+        return head
     return "judge_api_error"
 
 
@@ -102,21 +102,35 @@ def judge_block(joined: Sequence[Mapping[str, Any]], group_key: str) -> dict[str
     }
 
 
-def coverage(benchmark: str, n_scored: int, selection: Mapping[str, Any]) -> dict[str, Any]:
-    """Whether a number covers the whole benchmark; ``selection`` is the config's data section."""
-    expected = EXPECTED_SCORED.get(benchmark)
+def coverage(benchmark: str, n_scored: int, selection: Mapping[str, Any], missing: int = 0) -> dict[str, Any]:
+    """Whether a number covers the whole benchmark; ``selection`` is the config's data section.
+
+    ``missing``: scored questions without a judge row (an import of 20 rows over the 1,540 questions
+    of the benchmark file has 1,520); they are not covered. The count and its mark come from
+    ``common.evaluation.coverage``, the one definition every table uses.
+    """
     partial_by_config = bool(selection.get("subset") or selection.get("question_limit")
                              or selection.get("memories"))
     # BEAM's size depends on the tier (20 questions per chat): complete unless the selection cut it.
-    complete = n_scored == expected if expected is not None else not partial_by_config
-    out: dict[str, Any] = {"expected": expected, "scored": n_scored, "complete": complete,
+    cov = of_benchmark(benchmark, n_scored - missing, selection_cut=partial_by_config)
+    out: dict[str, Any] = {"expected": cov.expected, "scored": n_scored, "covered": cov.covered,
+                           "complete": cov.complete, "text": cov.text, "mark": cov.mark,
                            "selection": {k: selection.get(k) for k in ("subset", "question_limit", "memories")}}
-    if not complete:
-        why = "a subset/limit/conversation selection" if partial_by_config else "the data file as given"
-        of = f"the {expected}" if expected is not None else "all the"
-        out["warning"] = (f"PARTIAL: this number covers {n_scored} of {of} scored "
+    if not cov.complete:
+        why = ("a subset/limit/conversation selection" if partial_by_config else
+               "questions without a judge row" if missing else "the data file as given")
+        of = f"the {cov.expected}" if cov.expected is not None else "all the"
+        out["warning"] = (f"PARTIAL: this number covers {cov.covered} of {of} scored "
                           f"{benchmark} questions ({why})")
     return out
+
+
+def partial_mark(metrics: Mapping[str, Any], benchmark: str = "") -> str:
+    """``PARTIAL 20 / 1,540: `` before the title of a run's score table when the run is partial, else ''."""
+    if not isinstance(metrics.get("coverage"), Mapping):
+        return ""
+    cov = of_metrics(metrics, benchmark)
+    return f"{cov.mark}: " if cov.partial else ""
 
 
 def score_note(metrics: Mapping[str, Any], judge: str) -> str:

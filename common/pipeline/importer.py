@@ -55,6 +55,7 @@ from common.core.config import ConfigError, load_config
 from common.core.io import read_json, read_jsonl, sha256_file, write_json, write_jsonl
 from common.core.schema import AnswerRow, JudgeRow, to_dict
 from common.evaluation.claims import Claim, get_claim
+from common.evaluation.coverage import Coverage, of_benchmark
 from common.evaluation.repeats import majority
 from common.pipeline import export, formats, stages
 from common.pipeline.engine import Run, manifest, run_stage
@@ -258,7 +259,7 @@ def _export_rows(source: Path, exported: dict[str, Any], every: list[dict[str, A
                                 f"expected 1, 0 or null, got {v!r}")
             error = str(block.get("error") or "")
             if label is None and not error:
-                error = f"judge_api_error: exported row {where} has no label"
+                error = f"no_label_in_file: exported row {where} has no label"
             labels_of[name] = (list(runs) or [label], error, str(block.get("judge_model") or "not stated"))
             if block.get("scores") is not None:  # a rubric judge's fractional scores (BEAM), kept as they are
                 scores[name][qid] = _export_scores(source, f"{where}.judges.{name}.scores", block["scores"])
@@ -412,7 +413,7 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
             rows.append((qid, text[qid], r.answer, [r.label]))
             if r.label is None:
                 errors[qid] = (f"no_answer: answer_api_error: published row {r.where} is_invalid" if r.excluded
-                               else f"judge_api_error: published row {r.where} has no label")
+                               else f"no_label_in_file: published row {r.where} has no label")
         if not rows:
             raise SourceError(f"{source}: none of its {len(parsed.rows)} rows maps to a question "
                               f"({parsed.mapping.summary()['unmapped_by_reason']})")
@@ -491,8 +492,12 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
             "judge_prompt_sha256": None}}
         stored[f"judge:{other}"] = {"id": fingerprint.short(comps), "components": comps}
     write_json(run.dir / fingerprint.FILE, stored)
-    write_json(run.dir / SOURCE_FILE, _source_record(source, source_sha, fmt, judge, claim, origin, parsed, own,
-                                                     outside))
+    data = adapter(benchmark)
+    scored = {g.qid for g in full.gold if data.is_scored(g)}
+    cov = of_benchmark(benchmark, len(scored & {r[0] for r in rows}))
+    checked = stated_checks({**(parsed.stated if parsed else {}), **_stated_meta(meta)}, own)
+    record = _source_record(source, source_sha, fmt, judge, claim, origin, parsed, own, outside)
+    write_json(run.dir / SOURCE_FILE, {**record, "coverage": cov.to_dict(), "stated_checks": checked})
     write_jsonl(run.path("answers"), (to_dict(a) for a in answers))
     manifest(run, ID["answer"], inputs=[source], outputs=[run.path("answers")], rows=len(answers), started=started,
              extra={"imported_from": str(source), "source_sha256": source_sha, "reads_gold": reads_gold,
@@ -514,6 +519,8 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         manifest(run, by_name("judge").instance(other), inputs=[source], outputs=[run.judge_path(other)],
                  rows=len(extra), started=started, extra={"imported_from": str(source), "source_sha256": source_sha})
     unmapped = len(parsed.mapping.unmapped) if parsed else 0
+    for line in _what_it_covers(cov, benchmark, checked):
+        print(line, flush=True)
     print(f"import: {len(rows)} answers, {n_runs} judge label(s) each, from {source} -> {run.dir}"
           + (f" ({outside} rows outside the selected questions left out)" if outside else "")
           + (f"; {unmapped} rows map to no single question (listed in {SOURCE_FILE})" if unmapped else ""),
@@ -538,6 +545,48 @@ def _own(parsed: Optional[formats.Parsed], rows: list[tuple[str, str, Optional[s
     return {"k_per_run": per_run, "n": n, "accuracy": sum(k / n for k in per_run) / n_runs, "rows": n,
             "excluded": 0, "rule": "mean over judge runs of correct rows / all rows" if n_runs > 1
             else "correct rows / all rows"}
+
+
+def _stated_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """The accuracy a locomo-audit file's ``metadata`` states (its own code's printed number)."""
+    return {f"metadata.{k}": v for k, v in meta.items() if k in ("mean_accuracy", "overall_accuracy", "accuracy")}
+
+
+def _decimals(value: float) -> int:
+    text = repr(float(value))
+    return len(text.split(".")[1]) if "." in text and "e" not in text else 6
+
+
+def stated_checks(stated: dict[str, Any], own: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every accuracy the file states (a top-level ``*accuracy*`` number) beside the one its own rows give.
+
+    A stated value above 1 is a percentage. It is reproduced when the rows' accuracy, rounded
+    to the stated value's decimals, is the stated value; otherwise the import says so.
+    """
+    mine = own.get("accuracy")
+    out: list[dict[str, Any]] = []
+    for key, value in stated.items():
+        if "accuracy" not in key.lower() or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        scale = 100.0 if value > 1 else 1.0
+        d = _decimals(value)
+        reproduced = mine is not None and abs(round(scale * mine, d) - value) < 0.5 * 10 ** -d + 1e-12
+        out.append({"field": key, "stated": value, "own": mine, "scale": "percent" if scale == 100 else "fraction",
+                    "reproduced": reproduced, "rule": own.get("rule")})
+    return out
+
+
+def _what_it_covers(cov: Coverage, benchmark: str, checked: list[dict[str, Any]]) -> list[str]:
+    """The import's lines on what it covers and whether the file's stated figure is its rows' own."""
+    lines = [f"import: covers {cov.text} scored {benchmark} questions"
+             + (f" (PARTIAL {cov.text}: the questions without a row count as missing, not as answered)"
+                if cov.partial else "")]
+    for c in checked:
+        own = "n/a" if c["own"] is None else f"{100 * c['own']:.2f}%"
+        if not c["reproduced"]:
+            lines.append(f"import: WARNING: the file states {c['field']}: {c['stated']} but its own rows give {own} "
+                         f"({c['rule']}): the stated figure is not reproduced")
+    return lines
 
 
 def _source_record(source: Path, sha: str, fmt: str, judge: str, claim: Optional[Claim],

@@ -447,7 +447,8 @@ def aggregate(run: Run) -> None:
     metrics["fingerprint"] = {"run": run_fp, "judges": {j: fingerprint.stored(run.dir, f"judge:{j}") for j in judges},
                               "file": fingerprint.FILE}
     first = next(iter(metrics["judges"].values()))
-    metrics["coverage"] = scoring.coverage(run.cfg.benchmark, first["overall"]["n"], dataclasses.asdict(run.cfg.data))
+    metrics["coverage"] = scoring.coverage(run.cfg.benchmark, first["overall"]["n"], dataclasses.asdict(run.cfg.data),
+                                           missing=(first.get("failures") or {}).get("missing_judgment", 0))
     metrics["dataset"] = checksums.run_dataset(adapter(run.cfg.benchmark), run.cfg, dataset_sha256(run))
     led, ledger_files = ledger.write(run.dir)
     metrics["ledger"] = {"total": led["total"], "efficiency": led["efficiency"], "file": "ledger.json"}

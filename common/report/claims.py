@@ -46,8 +46,8 @@ from common.core.tabular import describe, format_percent, write_table
 from common.core.tokens import count_tokens
 from common.evaluation import audited
 from common.evaluation.claims import Claim, load_claims
+from common.evaluation.coverage import EXPECTED_SCORED, coverage, denominator
 from common.evaluation.labels import MISSING, RunLabels, clustered_accuracy, load_labels, run_benchmark, run_judges
-from common.evaluation.scoring import EXPECTED_SCORED
 from common.evaluation.stats import judge_agreement
 from common.pipeline.audit import audit_dir
 from common.pipeline.engine import EndpointNotConfigured, Run, StageFailed, run_stage
@@ -265,8 +265,8 @@ def _corrected_labels(run_dir: Path, judge: str) -> dict[str, Optional[int]]:
     return out
 
 
-def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_path: Optional[Path]
-              ) -> dict[str, Any]:
+def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_path: Optional[Path],
+              partial_vs_claim: bool = False) -> dict[str, Any]:
     """The claims-table row of one run directory, every cell with its source."""
     benchmark = run_benchmark(run_dir)
     source_path = run_dir / SOURCE_FILE
@@ -305,6 +305,17 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
                       if claim else {"value": None, "source": "no claim in configs/claims.yaml names this run"})
     own = _own(run_dir, judge, source, labels)
     own["vs_claim"] = versus_claim(own["accuracy"], claim)
+    # What the run covers against the claim's denominator (else the benchmark's): a partial run's
+    # difference to a full claim is not printed unless asked (--partial-vs-claim).
+    cov = coverage(sum(1 for r in labels.records if r.cause != MISSING),
+                   denominator(claim.denominator, benchmark) if claim else EXPECTED_SCORED.get(benchmark))
+    row["coverage"] = cov.to_dict()
+    own["vs_claim_printed"] = own["vs_claim"] if cov.complete or partial_vs_claim or claim is None else (
+        f"not compared: {cov.mark} (--partial-vs-claim prints it)")
+    for check in (source or {}).get("stated_checks") or []:
+        if not check.get("reproduced"):
+            notes.append(f"{run_dir.name}: the file states {check['field']}: {check['stated']} but its own rows "
+                         f"give {_pct(check['own'])}%: not reproduced")
     if source is not None and (source.get("own_accuracy") or {}).get("accuracy") is not None:
         recorded = source["own_accuracy"]["accuracy"]
         own["equals_import_record"] = own["accuracy"] is not None and abs(own["accuracy"] - recorded) < 1e-12
@@ -348,8 +359,9 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
 
 
 # ----------------------------------------------------------------------------- the table
-COLUMNS = ["Run", "System", "Claim", "Own labels, own denominator", "vs claim", "Standard denominator (missing)",
-           "Audited key: corrected excluded", "Audited key: re-judged", "Our judge", "Agreement kappa (flips)",
+COLUMNS = ["Run", "System", "Claim", "Coverage", "Own labels, own denominator", "vs claim",
+           "Standard denominator (missing)", "Audited key: corrected excluded", "Audited key: re-judged", "Our judge",
+           "Agreement kappa (flips)",
            "Answer / gold tokens mean (p95)", "Accuracy by answer-length quartile", "Unmapped rows"]
 
 
@@ -362,8 +374,9 @@ def _md_row(r: dict[str, Any]) -> dict[str, str]:
         "Run": f"{r['benchmark']}/{r['run']} ({r['kind']})",
         "System": r["system"],
         "Claim": c["claim"]["value"] or DASH,
+        "Coverage": (r.get("coverage") or {}).get("mark", DASH),
         "Own labels, own denominator": _text(c["own"]),
-        "vs claim": c["own"]["vs_claim"],
+        "vs claim": c["own"].get("vs_claim_printed", c["own"]["vs_claim"]),
         "95% CI (questions; conversations)": _interval_text(c["intervals"]),
         "Standard denominator (missing)": f"{_text(c['standard'])} ({c['standard']['missing']} missing)",
         "Audited key: corrected excluded": _text(c["audited_excluding"]),
@@ -386,6 +399,8 @@ def write(rows: list[dict[str, Any]], out: Path, notes: list[str]) -> list[Path]
     table = [_md_row(r) for r in rows] or [{c: DASH for c in COLUMNS}]
     paths = write_table(table, out / "claims.md", "# Published claims, re-scored on one protocol")
     lines = ["", "Notes:", ""] + [f"- {n}" for n in notes] + [
+        "- Coverage: the questions the run labels against the claim's denominator (else the benchmark's); a PARTIAL "
+        "run's difference to the claim is not printed unless asked (--partial-vs-claim; claims.json keeps it).",
         "- Claim: the number as printed (configs/claims.yaml). Own labels: the run's own labels on its own "
         "denominator (an imported file's rule, all its rows, unmapped ones included); vs claim at the claim's "
         "printed precision.",
@@ -462,7 +477,7 @@ def _pair_with_claim_runs(rows: list[dict[str, Any]], notes: list[str]) -> None:
 
 def build(results: Path, out: Path, *, judge: str = DEFAULT_JUDGE, config: Optional[str] = None,
           overrides: Sequence[str] = (), rejudge: bool = True, claims_path: Optional[str] = None,
-          errata: Optional[Path] = None) -> list[Path]:
+          errata: Optional[Path] = None, partial_vs_claim: bool = False) -> list[Path]:
     """Write results/claims/claims.{json,md,csv}; returns the files written."""
     claims = load_claims(claims_path)
     if errata is None:
@@ -475,7 +490,7 @@ def build(results: Path, out: Path, *, judge: str = DEFAULT_JUDGE, config: Optio
         source = run_dir / SOURCE_FILE
         if source.exists() and json.loads(source.read_text(encoding="utf-8")).get("judge") == judge:
             raise ValueError(f"--judge {judge}: is the name of {run_dir.name}'s published labels; choose another")
-        rows.append(claim_row(run_dir, claims, judging, errata))
+        rows.append(claim_row(run_dir, claims, judging, errata, partial_vs_claim))
     _pair_with_claim_runs(rows, notes)
     for r in rows:
         for n in r["notes"]:
@@ -500,12 +515,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--claims", default=None, help="claims registry (default configs/claims.yaml)")
     p.add_argument("--errata", default=None, help="locomo-audit errors.json (default $LOCOMO_AUDIT/errors.json)")
     p.add_argument("--no-rejudge", action="store_true", help="do not run our judge (no LLM call)")
+    p.add_argument("--partial-vs-claim", action="store_true",
+                   help="print the difference to the claim also for a run covering fewer questions than the claim")
     a = p.parse_args(argv)
     results = resolve_path(a.results)
     try:
         paths = build(results, Path(a.out) if a.out else results / "claims", judge=a.judge, config=a.config,
                       overrides=a.set, rejudge=not a.no_rejudge, claims_path=a.claims,
-                      errata=resolve_path(a.errata) if a.errata else None)
+                      errata=resolve_path(a.errata) if a.errata else None, partial_vs_claim=a.partial_vs_claim)
     except (ConfigError, ArtifactError, ValueError, FileNotFoundError) as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

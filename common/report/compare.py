@@ -38,6 +38,7 @@ from common.evaluation.stats import (
     power_note,
     table10,
 )
+from common.pipeline.experiments import MAIN_CONFIGS, resolve_run
 
 OVERALL = "overall"
 
@@ -99,6 +100,17 @@ def _common_warnings(runs: dict[str, RunLabels]) -> list[str]:
         if dataset.get("warning"):
             out.append(f"{name}: {dataset['warning']}")
     return out
+
+
+def _run_dir(value: str, benchmark: Optional[str], results: Path) -> Path:
+    """A run directory, or a run name under ``results/<benchmark>/``: the same rule as ``make report`` and
+    ``make export`` (``common.pipeline.experiments.resolve_run``)."""
+    if Path(value).is_dir():
+        return Path(value)
+    try:
+        return resolve_run(value, benchmark, results)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{value}: not a run directory, nor a run name ({exc})") from None
 
 
 # ----------------------------------------------------------------------------- the two modes
@@ -294,9 +306,13 @@ def format_comparison(report: dict[str, Any]) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m common.report.compare", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("a", metavar="A", help="run directory, e.g. results/locomo/paper")
+    p.add_argument("a", metavar="A", help="run name (under --results/<benchmark>/) or directory, e.g. paper or "
+                                          "results/locomo/paper")
     p.add_argument("b", metavar="B", nargs="?", default=None,
-                   help="second run directory (omit, or repeat A, to compare two judges of A)")
+                   help="second run, name or directory (omit, or repeat A, to compare two judges of A)")
+    p.add_argument("--benchmark", choices=tuple(MAIN_CONFIGS), default=None,
+                   help="the benchmark of run names (needed only when a name exists under several)")
+    p.add_argument("--results", default="results", help="results root for run names (default results)")
     p.add_argument("--judge", default=None, help="judge of A (default: the run's only judge)")
     p.add_argument("--judge-b", default=None, help="judge of B (default: --judge, or B's only judge)")
     p.add_argument("--failures", choices=FAILURE_MODES, default="strict",
@@ -307,10 +323,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
     """Decide the mode from the arguments, load the labels, compute the report."""
-    dir_a = Path(args.a)
-    if not dir_a.is_dir():
-        raise ArtifactError(f"{dir_a}: not a run directory")
-    same_run = args.b is None or Path(args.b).resolve() == dir_a.resolve()
+    results = Path(getattr(args, "results", None) or "results")
+    dir_a = _run_dir(args.a, getattr(args, "benchmark", None), results)
+    bench_b = getattr(args, "benchmark", None) or run_benchmark(dir_a)
+    dir_b_named = _run_dir(args.b, bench_b, results) if args.b else None
+    same_run = dir_b_named is None or dir_b_named.resolve() == dir_a.resolve()
     if same_run:
         if not args.judge_b:
             raise ValueError("give a second run B, or --judge-b NAME to compare two judges of A")
@@ -318,9 +335,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         if judge_a == args.judge_b:
             raise ValueError(f"--judge and --judge-b are both {judge_a!r}: nothing to compare")
         return compare_judges(load_labels(dir_a, judge_a), load_labels(dir_a, args.judge_b), args.failures)
-    dir_b = Path(args.b)
-    if not dir_b.is_dir():
-        raise ArtifactError(f"{dir_b}: not a run directory")
+    dir_b = dir_b_named
+    assert dir_b is not None
     # Refuse early, before reading any labels, with the one line that matters.
     _same_benchmark(run_benchmark(dir_a), run_benchmark(dir_b), str(dir_a), str(dir_b))
     judge_a = _pick_judge(dir_a, args.judge)

@@ -1,4 +1,4 @@
-"""The paper's Figures 2 and 3 from the LoCoMo ablation runs (``python -m common.report.figures``).
+"""The paper's Figures 2 and 3, the main runs per group and the systems chart (``python -m common.report.figures``).
 
 Figure 2: accuracy by episode granularity (left) and property granularity (right); Figure 3:
 accuracy of fixed top-k budgets over k, with the adaptive budget as a dashed line. Bars and
@@ -8,7 +8,12 @@ recounted from the per-question files (``common.report.tables.runs.measured``); 
 figure is written to ``figures/`` as PNG and PDF, with ``figureN.sources.json`` mapping every
 plotted value to its run, files, k and n. No LLM call is made.
 
-    python -m common.report.figures [--results results] [--out figures] [--subset all] [--only 2,3]
+Figures of the main runs (``figure_main_<benchmark>``: accuracy per category / question type /
+ability with 95% CIs) and ``figure_systems`` (accuracy against tokens per question, one point per
+run) come from ``common.report.run_figures``; a figure whose run is missing is skipped with the
+command that makes it, and a partial run is marked on every figure.
+
+    python -m common.report.figures [--results results] [--out figures] [--run NAME] [--subset all] [--only 2,3]
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from typing import Any, Callable, Optional
 from matplotlib.figure import Figure
 
 from common.core.config import ConfigError
+from common.report import run_figures
 from common.report.tables.beam import beam_figure
 from common.report.tables.command import cli
 from common.report.tables.published import NOT_REPORTED, comparable, number
@@ -57,6 +63,7 @@ class Panel:
     paper_source: str
     paper_comparable: str  # "yes" or "no (reasons)"
     subset_note: str
+    coverage: str = ""  # the PARTIAL marks of its runs (common.evaluation.coverage), "" when all are complete
 
 
 def load_panel(ctx: Context, name: str, variants: list[str]) -> Panel:
@@ -69,7 +76,9 @@ def load_panel(ctx: Context, name: str, variants: list[str]) -> Panel:
     verdicts = {comparable(ident, runs[v].identity(judge, ctx.published)) for v in variants}
     ok = all(v[0] for v in verdicts)
     why = "; ".join(sorted({v[1] for v in verdicts if v[1]}))
-    return Panel(name, points, f"{figure}: {source}", "yes" if ok else f"no ({why})", subset_note(subset, runs))
+    marks = sorted({runs[v].coverage.mark for v in variants if runs[v].coverage.partial})
+    return Panel(name, points, f"{figure}: {source}", "yes" if ok else f"no ({why})", subset_note(subset, runs),
+                 ", ".join(marks))
 
 
 def _panel_variants(ctx: Context, name: str) -> list[str]:
@@ -89,6 +98,9 @@ def caption(fig: Figure, panels: list[Panel]) -> None:
     verdicts = "; ".join(sorted({p.paper_comparable for p in panels}))
     text = (f"Bars/line: measured accuracy (k/n). Diamonds/dotted: paper values (Sec. 4.4); comparable: {verdicts}. "
             f"{panels[0].subset_note}")
+    partial = sorted({p.coverage for p in panels if p.coverage})
+    if partial:  # a partial run is never drawn like a full one
+        text += f" PARTIAL runs: {'; '.join(partial)} questions each, not the full benchmark."
     # supxlabel is laid out by the constrained layout (fig.text would overlap the tick labels).
     fig.supxlabel(textwrap.fill(text, width=int(fig.get_figwidth() * 22)), fontsize=6)
 
@@ -222,9 +234,22 @@ def _writer(number: str, build: Callable[[Context], tuple[Figure, list[Panel]]]
     return run
 
 
+def _main_run_writer(benchmark: str) -> Callable[[Context, Path, dict[str, Any]], list[Path]]:
+    """figure_main_<benchmark>: the main run per category / type / ability (common.report.run_figures)."""
+    def run(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
+        return run_figures.save(f"figure_main_{benchmark}", *run_figures.main_figure(ctx, benchmark), out, meta)
+    return run
+
+
+def _write_systems(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
+    return run_figures.save("figure_systems", *run_figures.systems_figure(ctx), out, meta)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     return cli(argv, prog="python -m common.report.figures", doc=__doc__ or "", kind="figure", default_out=DEFAULT_OUT,
-               builders={**{f: _writer(f, b) for f, b in BUILDERS.items()}, "beam": _write_beam})
+               builders={"main_locomo": _main_run_writer("locomo"), "main_longmemeval": _main_run_writer("longmemeval"),
+                         "main_beam": _main_run_writer("beam"), "systems": _write_systems,
+                         **{f: _writer(f, b) for f, b in BUILDERS.items()}, "beam": _write_beam})
 
 
 if __name__ == "__main__":

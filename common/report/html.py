@@ -33,6 +33,7 @@ from common.benchmarks.registry import adapter
 from common.core import artifacts
 from common.core.io import ArtifactError, numbered_rows, read_json
 from common.core.schema import Gold, from_dict
+from common.evaluation.coverage import of_metrics
 from common.evaluation.labels import load_labels, run_benchmark, run_judges
 from common.evaluation.loss import CLASSES, as_row, decompose, question_losses
 from common.evaluation.metrics import locomo_f1
@@ -360,6 +361,8 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
         "judge": chosen, "judges": judges, "judge_model": judge_block.get("judge_model"),
         "category_label": {"locomo": "Category", "beam": "Ability"}.get(benchmark, "Question type"),
         "classes": list(CLASSES), "colors": CHART_COLORS,
+        # PARTIAL k / n in the header when the run covers fewer questions than the benchmark.
+        "coverage": of_metrics(metrics, benchmark).to_dict() if metrics.get("coverage") else None,
         "accuracy_heading": ("Score (ability; headline scoring {}; k = sum of question scores; failures count 0)"
                              .format(judge_block.get("headline")) if "variants" in judge_block else
                              "Accuracy ({}; failed judgments count as wrong)".format(

@@ -74,13 +74,15 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
     adversarial = any(run is not None and (run.metrics.get("adversarial") or {}).get("status") == "scored"
                       for _, run, _, _ in entries)
     value_cols = headers + ([extra_header] if extra else []) + ([ADVERSARIAL_HEADER] if adversarial else [])
-    table = Table(name, title, ["Ref", "Method", *value_cols, "Answer model", "Judge", "Protocol", "Comparable with"])
+    table = Table(name, title, ["Ref", "Method", "Coverage", *value_cols, "Answer model", "Judge", "Protocol",
+                                "Comparable with"])
     pubs: list[tuple[str, PublishedRow]] = []
     for i, prow in enumerate(ctx.published.rows(pub_key), 1):
         ref = f"P{i}"
         pubs.append((ref, prow))
         cells = {h: prow.values.get(g, NOT_REPORTED) for g, h in zip(pub_cols, headers)}
-        table.rows.append({"Ref": ref, "Method": prow.method, **cells, **({extra_header: DASH} if extra else {}),
+        table.rows.append({"Ref": ref, "Method": prow.method, "Coverage": DASH, **cells,
+                           **({extra_header: DASH} if extra else {}),
                            **({ADVERSARIAL_HEADER: NOT_REPORTED} if adversarial else {}),
                            "Answer model": prow.identity.answer_model, "Judge": prow.identity.judge_model,
                            "Protocol": prow.identity.protocol})
@@ -91,11 +93,12 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
     for i, (method, run, judge, hint) in enumerate(entries, 1):
         ref = f"M{i}"
         if run is None:
-            table.rows.append({"Ref": ref, "Method": method, **{c: NOT_RUN for c in value_cols},
+            table.rows.append({"Ref": ref, "Method": method, "Coverage": DASH, **{c: NOT_RUN for c in value_cols},
                                "Answer model": DASH, "Judge": judge or DASH, "Protocol": DASH, "Comparable with": DASH})
             not_run.append(f"{ref}: not run (`{hint}`)")
             continue
-        row = {"Ref": ref, "Method": method}
+        # PARTIAL k / n when the run covers fewer questions than the benchmark (common.evaluation.coverage).
+        row = {"Ref": ref, "Method": method, "Coverage": run.coverage.mark}
         for g, h in zip(groups + [None], headers):
             m = measured(run, judge, g, judge_hint=hint)
             row[h] = fmt_acc(m.summary)
@@ -112,8 +115,8 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
         table.rows.append(row)
         meas.append((ref, ident))
         trust = trust_rows(run, judge, ref, method, groups, headers)
-        fill = {c: DASH for c in value_cols} | {"Answer model": DASH, "Judge": ident.judge_model, "Protocol": DASH,
-                                                  "Comparable with": DASH}
+        fill = {c: DASH for c in ["Coverage", *value_cols]} | {"Answer model": DASH, "Judge": ident.judge_model,
+                                                               "Protocol": DASH, "Comparable with": DASH}
         table.rows += [fill | r for r in trust.rows]
         for cell in trust.cells:
             table.add_cell(*cell)
@@ -130,6 +133,9 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
         "01_gold.jsonl + 08_judge_<judge>.jsonl; failed judgments count as wrong. With few clusters (LoCoMo has "
         "10 conversations) the clustered interval is itself imprecise and tends to be too narrow; the power notes "
         "give the design effect beside it.",
+        "Coverage: the questions a measured row's run labels of the benchmark's full set (k / n); PARTIAL when "
+        "fewer, and such a row is not the paper's number on the full benchmark.",
+        *([f"Main run: {ctx.chosen[benchmark]}."] if benchmark in ctx.chosen else []),
         COMPARABLE_NOTE, *source_notes(pubs, ctx.published), *ctx.published.tables[pub_key].get("notes", []), *not_run,
         *trust_notes]
     if adversarial:

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from common.core.io import read_json
 from common.evaluation import beam
-from common.report.tables.runs import Context, InconsistentRun, RunData, TableError, same_number
+from common.report.tables.runs import Context, InconsistentRun, MissingRun, RunData, TableError, same_number
 from common.report.tables.table import Table
 
 MAKE_BEAM = "make beam"
@@ -67,7 +67,8 @@ def _cell(summary: dict[str, Any] | None) -> str:
 
 
 def beam_table(ctx: Context) -> Table:
-    columns = ["Ref", "Method", "Run", "Judge", "Scoring", *[beam.SHORT_NAMES[a] for a in beam.ABILITIES], "Overall"]
+    columns = ["Ref", "Method", "Run", "Coverage", "Judge", "Scoring", *[beam.SHORT_NAMES[a] for a in beam.ABILITIES],
+               "Overall"]
     table = Table("table_beam", "BEAM: score % per ability (mean over chats of the chat means; "
                   "[95% CI, bootstrap over chats] (sum of question scores/questions); EO = tau_norm)", columns)
     runs = beam_runs(ctx.results)
@@ -81,6 +82,7 @@ def beam_table(ctx: Context) -> Table:
                 ref = f"{run.name}/{j}/{v}"
                 label = (run.metrics.get("method") or {}).get("label") or run.name  # 09's method_label
                 row = {"Ref": ref, "Method": f"{label} (answers {run.answer_model()})", "Run": run.name,
+                       "Coverage": run.coverage.mark,
                        "Judge": run.judge_model(j),
                        "Scoring": beam.VARIANT_LABELS[v] + (" (headline)" if v == m.get("headline") else "")}
                 for a in beam.ABILITIES:
@@ -95,7 +97,7 @@ def beam_table(ctx: Context) -> Table:
             if note:
                 table.notes.append(f"{run.name}: {note}")
     if not runs:
-        table.notes.append(f"No BEAM run under {ctx.results / 'beam'} yet: create one with `{MAKE_BEAM}`.")
+        raise MissingRun(f"{ctx.results / 'beam'}: no BEAM run (no <run>/metrics.json); create one with `{MAKE_BEAM}`")
     table.notes += [
         "Official = compute_metrics.py as published (int(score): a 0.5 verdict counts 0; the prompt's <question> "
         "never filled). Float scores: the same judge replies read with float(). <question> filled: its own judge "
@@ -110,11 +112,17 @@ def beam_figure(ctx: Context) -> tuple[Figure, list[dict[str, Any]]]:
     fig = Figure(figsize=(11, 4.2))
     ax = fig.subplots()
     series: list[dict[str, Any]] = []
-    for run in beam_runs(ctx.results):
+    runs = beam_runs(ctx.results)
+    if not runs:
+        raise MissingRun(f"{ctx.results / 'beam'}: no BEAM run (no <run>/metrics.json); create one with `{MAKE_BEAM}`")
+    partial = [f"{r.name} {r.coverage.mark}" for r in runs if r.coverage.partial]
+    for run in runs:
+        mark = f" [{run.coverage.mark}]" if run.coverage.partial else ""  # a partial run never passes for a full one
         for j in run.judge_names():
             for v, report in recount(run, j).items():
-                label = f"{run.name} / {run.judge_model(j)} / {beam.VARIANT_LABELS[v]}"
+                label = f"{run.name}{mark} / {run.judge_model(j)} / {beam.VARIANT_LABELS[v]}"
                 series.append({"label": label, "run": run.name, "judge": j, "variant": v,
+                               "coverage": run.coverage.to_dict(),
                                "values": {a: report[a] for a in beam.ABILITIES}})
     xs = list(range(len(beam.ABILITIES)))
     width = 0.8 / max(1, len(series))
@@ -124,9 +132,8 @@ def beam_figure(ctx: Context) -> tuple[Figure, list[dict[str, Any]]]:
     ax.set_xticks(xs, [beam.SHORT_NAMES[a] for a in beam.ABILITIES])
     ax.set_ylim(0, 100)
     ax.set_ylabel("score % (mean over chats)")
-    ax.set_title("BEAM per ability: official vs corrected scoring" if series else
-                 f"BEAM per ability: no run under {ctx.results / 'beam'} yet ({MAKE_BEAM})", fontsize=9)
-    if series:
-        ax.legend(fontsize=6, loc="upper right")
+    ax.set_title("BEAM per ability: official vs corrected scoring"
+                 + (f" (PARTIAL runs: {', '.join(partial)})" if partial else ""), fontsize=9)
+    ax.legend(fontsize=6, loc="upper right")
     fig.tight_layout()
     return fig, series

@@ -17,7 +17,7 @@ from common.core.config import ConfigError, resolve_path
 from common.pipeline import experiments as exp_mod
 from common.report.tables.beam import beam_table
 from common.report.tables.published import DEFAULT_PUBLISHED, load_published
-from common.report.tables.runs import Context, TableError
+from common.report.tables.runs import Context, MissingRun, TableError
 from common.report.tables.systems import systems_table
 from common.report.tables.table import Table
 from common.report.tables.table1 import table1
@@ -38,17 +38,22 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--experiments", default=exp_mod.DEFAULT_PATH, help="the list of runs")
     parser.add_argument("--published", default=DEFAULT_PUBLISHED, help="the paper's transcribed rows")
     parser.add_argument("--subset", default=None, help="ablation subset file, or 'all' (default: the configured one)")
+    parser.add_argument("--run", default=None,
+                        help="the main run: a name under <results>/<benchmark>/ or a run directory (default: "
+                             "configs/experiments.yaml's, else the newest complete run of the paper's config)")
 
 
 def context(args: argparse.Namespace) -> Context:
     return Context(resolve_path(args.results), exp_mod.load(args.experiments), load_published(args.published),
-                   args.subset)
+                   args.subset, args.run or None)
 
 
 def cli(argv: Optional[list[str]], *, prog: str, doc: str, kind: str, default_out: str,
         builders: dict[str, Callable[[Context, Path, dict[str, Any]], list[Path]]]) -> int:
-    """Shared CLI of ``common.report.tables`` and ``common.report.figures``: build each wanted item, write what can be
-    written, report every failure on its own line, exit 1 if any failed (2 for a bad config)."""
+    """Shared CLI of ``common.report.tables`` and ``common.report.figures``: build each wanted item from the runs that
+    exist, write it, skip one whose run is missing with one line naming the command that makes it, and report every
+    other failure on its own line. Exit 0 when anything was written and nothing was inconsistent; 1 when nothing
+    could be written or a run disagrees with its own files (2 for a bad config)."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     add_common_args(parser)
     parser.add_argument("--out", default=default_out, help=f"where the {kind} files go")
@@ -67,16 +72,28 @@ def cli(argv: Optional[list[str]], *, prog: str, doc: str, kind: str, default_ou
     out = resolve_path(args.out)
     meta = {"generated_by": prog, "results": str(ctx.results), "experiments": str(ctx.exp.source),
             "published": str(ctx.published.path)}
-    failed = 0
+    failed = written = 0
+    shown: set[str] = set()
     for t in wanted:
         try:
             paths = builders[t](ctx, out, meta)
+        except MissingRun as exc:  # a run it needs does not exist: skipped, and which run would make it
+            print(f"{kind} {t}: skipped: {exc}", file=sys.stderr)
+            continue
         except (TableError, ConfigError) as exc:
             failed += 1
             print(f"{kind} {t}: error: {exc}", file=sys.stderr)
             continue
+        for bench, why in ctx.chosen.items():  # once: which main run the tables and figures show
+            if bench not in shown:
+                shown.add(bench)
+                print(why)
+        written += 1
         print(f"{kind} {t}: " + ", ".join(str(p) for p in paths))
-    return 1 if failed else 0
+    if not written:
+        print(f"no {kind} written: every {kind} needs a run that does not exist yet (see the lines above)",
+              file=sys.stderr)
+    return 1 if failed or not written else 0
 
 
 def _written(build: Callable[[Context], Table]) -> Callable[[Context, Path, dict[str, Any]], list[Path]]:

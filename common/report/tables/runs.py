@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 from common.core import artifacts
+from common.core.config import ConfigError, load_config
 from common.core.io import ArtifactError, read_json, read_jsonl, sha256_file
+from common.evaluation.coverage import Coverage, of_metrics
 from common.evaluation.labels import RunLabels, load_labels
 from common.evaluation.metrics import accuracy
 from common.pipeline import experiments as exp_mod
@@ -66,6 +68,11 @@ class RunData:
         if isinstance(fp, dict) and "run" in fp:
             return {"run": fp.get("run"), "judge": (fp.get("judges") or {}).get(judge)}
         return fp
+
+    @property
+    def coverage(self) -> Coverage:
+        """What the run covers (``common.evaluation.coverage``, as 09_aggregate recorded it)."""
+        return of_metrics(self.metrics, self.benchmark)
 
     @property
     def coverage_warning(self) -> str:
@@ -256,17 +263,84 @@ def subset_note(subset: Any, runs: dict[str, RunData]) -> str:
 
 @dataclass
 class Context:
-    """What every table and figure builder reads: the results directory, the list of runs, the paper's rows."""
+    """What every table and figure builder reads: the results directory, the list of runs, the paper's rows.
+
+    ``run``: the main run a user named (``RUN=``, a name or a run directory); without it the main run
+    of each benchmark is ``configs/experiments.yaml``'s (``paper``) when it exists, else the newest
+    complete run of the paper's config, else the newest such run (PARTIAL, and said so).
+    """
 
     results: Path
     exp: exp_mod.Experiments
     published: Published
     subset_choice: Optional[str] = None
+    run: Optional[str] = None
     _runs: dict[tuple[str, str], RunData] = field(default_factory=dict, repr=False)
+    chosen: dict[str, str] = field(default_factory=dict)  # benchmark -> why its main run is the one shown
 
     def main_run(self, benchmark: str) -> RunData:
-        key = (benchmark, self.exp.main_run)
+        key = (benchmark, "")
         if key not in self._runs:
-            self._runs[key] = open_run(self.results, benchmark, self.exp.main_run,
-                                       f"{MAKE_MAIN[benchmark]} RUN={self.exp.main_run}")
+            self._runs[key] = self._choose(benchmark)
         return self._runs[key]
+
+    def _choose(self, benchmark: str) -> RunData:
+        if self.run:
+            path = Path(self.run)
+            if path.is_dir() and (path / "metrics.json").exists():  # a run directory: its own benchmark only
+                if path.resolve().parent.name != benchmark:
+                    raise MissingRun(f"RUN={self.run} is a {path.resolve().parent.name} run; no {benchmark} run "
+                                     f"named; create one with `{MAKE_MAIN[benchmark]} RUN={path.name}`")
+                run = open_run(path.resolve().parent.parent, benchmark, path.name, MAKE_MAIN[benchmark])
+            else:
+                run = open_run(self.results, benchmark, self.run, f"{MAKE_MAIN[benchmark]} RUN={self.run}")
+            self.chosen[benchmark] = f"main {benchmark} run {run.name} (RUN={self.run})"
+            return run
+        hint = f"{MAKE_MAIN[benchmark]} RUN={self.exp.main_run}"
+        try:
+            run = open_run(self.results, benchmark, self.exp.main_run, hint)
+            self.chosen[benchmark] = f"main {benchmark} run {run.name} (configs/experiments.yaml main.run)"
+            return run
+        except MissingRun as missing:
+            candidates = paper_config_runs(self.results, benchmark, self.exp)
+            if not candidates:
+                raise missing from None
+        complete = [r for r in candidates if r.coverage.complete]
+        if complete:
+            run = complete[0]
+            self.chosen[benchmark] = (f"main {benchmark} run {run.name}: the newest complete run of the paper's "
+                                      f"config (no run {self.exp.main_run}; RUN= names another)")
+        else:
+            run = candidates[0]
+            self.chosen[benchmark] = (f"main {benchmark} run {run.name}: {run.coverage.mark}, the newest run of the "
+                                      f"paper's config (no complete one; RUN= names another)")
+        return run
+
+
+def paper_method(benchmark: str) -> str:
+    """``method.name`` of the paper's config (``configs/<benchmark>.yaml``)."""
+    try:
+        return str(load_config([f"configs/{benchmark}.yaml"]).method.name)
+    except (ConfigError, FileNotFoundError):
+        return "ensimem"
+
+
+def paper_config_runs(results: Path, benchmark: str, exp: exp_mod.Experiments) -> list[RunData]:
+    """Finished harness runs of the paper's method (no import, baseline or ablation), newest first."""
+    root = results / benchmark
+    if not root.is_dir():
+        return []
+    method = paper_method(benchmark)
+    baselines = {exp.baseline_run(b.name) for b in exp.baselines}
+    out = []
+    for d in root.iterdir():
+        metrics_path = d / "metrics.json"
+        if (not metrics_path.is_file() or (d / "source.json").exists() or d.name in baselines
+                or d.name.startswith("ablation_")):
+            continue
+        metrics = read_json(metrics_path, TableError)
+        name = (metrics.get("method") or {}).get("name") if isinstance(metrics.get("method"), dict) else None
+        if name not in (None, method) or not isinstance(metrics.get("judges"), dict):
+            continue
+        out.append((metrics_path.stat().st_mtime, d.name, RunData(benchmark, d.name, d, metrics)))
+    return [r for _, _, r in sorted(out, key=lambda t: (t[0], t[1]), reverse=True)]

@@ -8,7 +8,7 @@ gives the paired difference between any two rows.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -35,42 +35,56 @@ def _fingerprint(run: RunData, judge: str) -> str:
     return str(fp or fingerprint.stored(run.dir) or DASH)
 
 
-def _spent(run: RunData) -> dict[str, str]:
+def spent(run: RunData) -> Optional[dict[str, float]]:
     """LLM calls, tokens and dollars (uncached, at the price file's rates) per question of a run,
-    every stage's calls counted (an outside system's ingestion too, through its markers), and
-    where its numbers come from."""
-    source = "imported" if fingerprint.imported(run.dir) is not None else "measured here"
+    every stage's calls counted (an outside system's ingestion too, through its markers); None for
+    an imported run (its calls were not made here) or one without questions."""
     questions = run.dir / "01_questions.jsonl"
     n = sum(1 for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()) \
         if questions.exists() else 0
-    if source == "imported" or not n:
-        return {"Calls / q": DASH, "Tokens / q": DASH, "$ / q": DASH, "Source": source}
+    if fingerprint.imported(run.dir) is not None or not n:
+        return None
     total = ledger.ledger(run.dir)["total"]
-    tokens = total["prompt_tokens"] + total["completion_tokens"]
-    return {"Calls / q": f"{total['calls'] / n:.1f}", "Tokens / q": f"{tokens / n:,.0f}",
-            "$ / q": f"{total['cost_uncached_usd'] / n:.5f}", "Source": source}
+    return {"calls": total["calls"] / n, "tokens": (total["prompt_tokens"] + total["completion_tokens"]) / n,
+            "usd": total["cost_uncached_usd"] / n, "questions": n}
+
+
+def _spent(run: RunData) -> dict[str, str]:
+    """The table's cells of ``spent`` and where its numbers come from."""
+    source = "imported" if fingerprint.imported(run.dir) is not None else "measured here"
+    per_q = spent(run)
+    if per_q is None:
+        return {"Calls / q": DASH, "Tokens / q": DASH, "$ / q": DASH, "Source": source}
+    return {"Calls / q": f"{per_q['calls']:.1f}", "Tokens / q": f"{per_q['tokens']:,.0f}",
+            "$ / q": f"{per_q['usd']:.5f}", "Source": source}
+
+
+def finished_runs(ctx: Context, benchmark: str) -> list[RunData]:
+    """Every run of ``benchmark`` with a metrics.json under the results directory, by name."""
+    root = ctx.results / benchmark
+    return [open_run(ctx.results, benchmark, d.name, MAKE_MAIN[benchmark])
+            for d in (sorted(p for p in root.glob("*") if (p / "metrics.json").exists()) if root.exists() else [])]
 
 
 def systems_table(ctx: Context) -> Table:
     table = Table("systems", "Memory systems: LLM-judge accuracy (%) of every finished run",
-                  ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Overall", "Answer model", "Judge",
+                  ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Coverage", "Overall", "Answer model", "Judge",
                    "Fingerprint (run / judge)", "Protocol", "Calls / q", "Tokens / q", "$ / q", "Source"])
     notes: list[str] = []
     for benchmark in BENCHMARKS:
-        root = ctx.results / benchmark
-        for run_dir in sorted(p for p in root.glob("*") if (p / "metrics.json").exists()) if root.exists() else []:
-            run = open_run(ctx.results, benchmark, run_dir.name, MAKE_MAIN[benchmark])
+        for run in finished_runs(ctx, benchmark):
             about = _settings(run)
-            spent = _spent(run)
+            cost = _spent(run)
             for judge in run.judge_names():
                 ref = f"S{len(table.rows) + 1}"
                 m = measured(run, judge)
                 ident = run.identity(judge, ctx.published)
                 row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"],
-                       "Answer prompt": about["prompt"], "Overall": fmt_acc(m.summary),
+                       "Answer prompt": about["prompt"], "Coverage": run.coverage.mark,
+                       "Overall": fmt_acc(m.summary),
                        "Answer model": ident.answer_model, "Judge": ident.judge_model,
                        "Fingerprint (run / judge)": _fingerprint(run, judge), "Protocol": ident.protocol,
-                       **spent}
+                       **cost}
                 table.rows.append(row)
                 table.add_cell(ref, "Overall", row["Overall"], m.source)
                 if run.coverage_warning:
@@ -81,6 +95,7 @@ def systems_table(ctx: Context) -> Table:
         raise MissingRun(f"{ctx.results}: no finished run (no <benchmark>/<run>/metrics.json); "
                          f"create one with `make locomo` or `make locomo SET=\"method.name=mem0\" RUN=mem0`")
     table.notes += [
+        "Coverage: the questions the run labels of the benchmark's full set; PARTIAL k / n when fewer.",
         "One row per finished run and judge under the results directory, any memory system (method.name). "
         "Each cell is accuracy % [95% CI when metrics.json has one] (k/n), recounted from 01_gold.jsonl + "
         "08_judge_<judge>.jsonl; failed judgments count as wrong. Calls, tokens and $ per question: every "

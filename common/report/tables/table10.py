@@ -45,7 +45,8 @@ def table10(ctx: Context) -> Table:
                                overall[primary].summary["accuracy"], overall[secondary].summary["accuracy"])
         agreement = stats.judge_agreement(run.labels(primary).by_qid(), run.labels(secondary).by_qid())
         ref = f"M{bi}"
-        row: dict[str, str] = {"Ref": ref, "Benchmark": benchmark}
+        row: dict[str, str] = {"Ref": ref, "Benchmark": benchmark + (f" [{run.coverage.mark}]"
+                                                                   if run.coverage.partial else "")}
         inputs = [m.source for j in acc for m in acc[j].values()] + [overall[j].source for j in overall]
         for key, header, fmt in T10_COLUMNS:
             value = result[STATS_KEYS[key]]
@@ -82,9 +83,10 @@ def table10(ctx: Context) -> Table:
                                    **{h: prow.values.get(k, NOT_REPORTED) for k, h, _ in T10_COLUMNS},
                                    **{h: NOT_REPORTED for h in agree_cols}, "Judges": prow.identity.judge_model})
                 table.add_published(pref, prow)
-    if errors:
+    if errors and not links_m:
         raise MissingRun(" | ".join(errors))
     table.link(links_p, links_m)
+    table.notes += [f"Not made (no run): {e}" for e in errors]  # the benchmarks whose runs exist are shown
     table.notes += [
         "M rows: computed by common.evaluation.stats from the main runs' per-category accuracies (verified against "
         "01_gold.jsonl + 08_judge files; failures count as wrong); r across categories, overall excluded; SD is "

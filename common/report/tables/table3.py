@@ -69,7 +69,8 @@ def table3(ctx: Context) -> Table:
                            "n": NOT_STATED, "Answer model": prow.identity.answer_model})
         table.add_published(ref, prow)
     ref = "M1"
-    row = {"Ref": ref, "System": f"EnSIMem (harness, run {run.name})", "n": str(eff["n"]),
+    partial = f" [{run.coverage.mark}]" if run.coverage.partial else ""  # the same mark as every table
+    row = {"Ref": ref, "System": f"EnSIMem (harness, run {run.name}){partial}", "n": str(eff["n"]),
            "Answer model": run.answer_model()}
     for col, (key, how, used) in series.items():
         value = _mean([q[key] for q in per_q])
@@ -90,6 +91,7 @@ def table3(ctx: Context) -> Table:
         "of the plan calls (repairs included), retrieval = 06 wall time, generation = answer call latency, "
         "context tokens = evidence buffer tokens (o200k_base).", hits,
         *([f"M1: {run.coverage_warning}"] if run.coverage_warning else []),
+        *([f"Main run: {ctx.chosen['locomo']}."] if "locomo" in ctx.chosen else []),
         *([f"M1: {run.dataset_warning}"] if run.dataset_warning else []), COMPARABLE_NOTE,
         *source_notes(pubs, ctx.published), *ctx.published.tables["table3"].get("notes", [])]
     return table
