@@ -431,9 +431,11 @@ def test_code_configs_switch_everything_on_over_the_paper_config(config, paper):
     assert (code.prompts.set, code.plan.validation, code.plan.audit, code.answer.rerank, code.answer.verify) == \
         ("code_rules", "code", True, lme, lme)
     assert code.run.name == "code_rules" and code.benchmark == base.benchmark
-    # Retrieval differs only by the authors' entity gate, field scores and blocked hops.
+    # Retrieval differs only by the authors' entity gate, field scores, blocked hops (and their
+    # blocking rule) and the generic sets of their lexical guard.
     assert dataclasses.replace(code.retrieve, entity_match="fuzzy", field_scores="harness",
-                               block_empty_bridge=False) == base.retrieve
+                               block_empty_bridge=False, block_rule="empty_bridge",
+                               lexical_aliases=False) == base.retrieve
     assert code.judge == base.judge and code.models == base.models
 
 

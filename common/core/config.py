@@ -209,6 +209,16 @@ class PlanConfig:
     # that returns it unchanged or corrected; an audited plan that fails validation, or any failed
     # call, keeps the pre-audit plan.
     audit: bool = False
+    # The repair call after an invalid plan. harness: the error, the question and the failed plan
+    # with a one-line schema reminder (plan_repair_*). code: the authors' repair request, which
+    # adds a reminder list mirroring the planner rules, the vocabulary and the granularity block
+    # (code_rules.plan_code_repair_*).
+    repair: Literal["harness", "code"] = "harness"
+    # The plan used when the repair failed too. harness: one hop from the question's words (first
+    # capitalized name else user, the longest content word as property, all_matching for counting
+    # and list wording). code: the authors' last-resort plan (keyword property rules, a short
+    # required property of the failed reply, always one point hop).
+    fallback: Literal["harness", "code"] = "harness"
 
 
 @dataclass(frozen=True)
@@ -243,8 +253,19 @@ class RetrieveConfig:
     # text, ties by episode id.
     field_scores: Literal["harness", "code"] = "harness"
     # A hop whose $hN.bridge resolved to nothing: false searches with the emptied anchor field;
-    # true blocks the hop (no episodes), as the authors' code does (status blocked_missing_bridge).
+    # true blocks the hop (no episodes; the authors' status blocked_missing_bridge), which hops
+    # under block_rule.
     block_empty_bridge: bool = False
+    # Which hops block_empty_bridge blocks. empty_bridge (the harness's stricter rule): any
+    # $hN.bridge that resolved to nothing, an emptied value or condition value included. code: the
+    # authors' rule, only a hop whose entity or property is empty after substitution or whose
+    # anchor still holds a string starting with "$".
+    block_rule: Literal["empty_bridge", "code"] = "empty_bridge"
+    # The authors' generic alias and synonym sets of the lexical guard (question-word aliases
+    # such as lost -> lose, visit -> trip; term sets by property such as camp -> camping, campfire;
+    # camp counted as its own forms only): common/prompts/code_rules/lexical_aliases.yaml. Their
+    # tables naming benchmark content are not reproduced.
+    lexical_aliases: bool = False
     # Structured gates (reference_notes 3.5 step 5). code: as the authors' code: a typed anchor
     # needs the same record type ("other" included), generic record properties are activity/event/
     # thing/other, a generic record property passes a SPECIFIC anchor property only when it holds

@@ -39,11 +39,12 @@ METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "prompts", "plan
 LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {"runtime": "torch"},
     "prompts": {"set": "paper"},
-    "plan": {"validation": "schema", "audit": False},
+    "plan": {"validation": "schema", "audit": False, "repair": "harness", "fallback": "harness"},
     "answer": {"rerank": False, "rerank_max": 20, "verify": False, "rerank_keep_all": True, "draft": "plain",
                "verify_personal": True, "routes": dataclasses.asdict(RoutesConfig())},
     "extract": {"speaker_event_projection": False, "object_creator_projection": False},
-    "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False},
+    "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False,
+                 "block_rule": "empty_bridge", "lexical_aliases": False},
 }
 # The roles of those switches, fingerprinted only when their switch is on.
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),
@@ -96,8 +97,9 @@ def _prompt_hashes(judge: bool) -> dict[str, str]:
 
 def _set_prompt_hashes(cfg: Config) -> dict[str, str]:
     """The prompt-set files (``common/prompts/<set>/``), only for a run that uses one of them: the
-    set itself, or a switch whose prompts live there (plan.audit, answer.rerank, answer.verify)."""
-    used = cfg.prompts.set != "paper" or any(_switched(cfg, r) for r in SWITCHED_ROLES)
+    set itself, or a switch whose prompts live there (plan.audit, plan.repair, answer.rerank, answer.verify)."""
+    used = (cfg.prompts.set != "paper" or cfg.plan.repair != "harness"
+            or any(_switched(cfg, r) for r in SWITCHED_ROLES))
     if not used:
         return {}
     return {f"{p.parent.name}.{p.stem}": hashlib.sha256(p.read_bytes()).hexdigest()[:16]

@@ -183,11 +183,13 @@ def plan(run: Run) -> None:
         run.client(("plan", "plan_audit"))  # both endpoints checked before any row
     # The code_rules switches enter the row digest only when on: paper rows keep their digests.
     switches = [s for s in (pset if pset != "paper" else "", pc.validation if pc.validation != "schema" else "",
-                            "audit" if pc.audit else "") if s]
+                            "audit" if pc.audit else "", "repair_code" if pc.repair == "code" else "",
+                            "fallback_code" if pc.fallback == "code" else "") if s]
     run_rows(run, ID["plan"], run.path("plans"), "qid", questions, lambda q: q.qid,
                lambda q: plan_mod.plan_question(run.llm, q, vocab.get(q.memory_id, {}), granularity=g,
                                                 vocabulary_max=vmax, vocabulary_tokens=vtok, prompt_set=pset,
-                                                validation=pc.validation, audit=pc.audit),
+                                                validation=pc.validation, audit=pc.audit, repair=pc.repair,
+                                                fallback=pc.fallback),
                "plan", [run.path("questions"), run.path("index")], lambda r: r["fallback_used"],
                digest_fn=lambda q: digest([q.question, q.question_date, vocab.get(q.memory_id, {})]
                                           + ([switches] if switches else [])))
