@@ -394,6 +394,10 @@ class AnswerConfig:
     # down to the shortest form. false: every verify asks for the shortest sufficient answer.
     verify_personal: bool = True
     routes: RoutesConfig = field(default_factory=lambda: RoutesConfig())
+    # The answer is the reply with its surrounding whitespace stripped. false (configs/beam.yaml):
+    # the raw reply, as BEAM's official runner stores and scores it (an event-ordering answer's
+    # trailing newline is one more line to align).
+    strip: bool = True
 
 
 @dataclass(frozen=True)
@@ -416,6 +420,15 @@ class ScoreConfig:
     # placeholder (officially never filled): one more call per rubric item.
     beam_float_scores: bool = False
     beam_fill_question: bool = False
+    # BEAM: an empty answer and a failed answer call. zero (the harness's rule): no judge call, the
+    # question scores 0 and is counted (no_answer). official: as BEAM's own runner, the empty
+    # answer is judged as it is, and a failed call's error text ("Error in <ability> question type
+    # and <question> and for <answers file>") is judged as the answer.
+    beam_empty_answers: Literal["zero", "official"] = "zero"
+    # BEAM: the judge request carries seed 42 (models.default.seed, every role's); the official
+    # client (langchain's ChatOpenAI in src/llm.py) sends no seed: false drops it for the judge role
+    # of a BEAM run (a new cache entry per call).
+    beam_judge_seed: bool = True
 
 
 @dataclass(frozen=True)
@@ -470,6 +483,8 @@ class Config:
             return next((getattr(c, name) for c in chain if getattr(c, name) is not None), getattr(base, name))
 
         merged = {f.name: pick(f.name) for f in dataclasses.fields(RoleConfig)}
+        if role == "judge" and self.benchmark == "beam" and not self.score.beam_judge_seed:
+            merged["seed"] = None  # the official BEAM judge client sends none
         if not merged["model"]:
             raise ConfigError(f"models.{role}.model: no model configured")
         base_url = merged["base_url"]

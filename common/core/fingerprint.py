@@ -41,7 +41,7 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "prompts": {"set": "paper"},
     "plan": {"validation": "schema", "audit": False, "repair": "harness", "fallback": "harness"},
     "answer": {"rerank": False, "rerank_max": 20, "verify": False, "rerank_keep_all": True, "draft": "plain",
-               "verify_personal": True, "routes": dataclasses.asdict(RoutesConfig())},
+               "verify_personal": True, "routes": dataclasses.asdict(RoutesConfig()), "strip": True},
     "extract": {"speaker_event_projection": False, "object_creator_projection": False},
     "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False,
                  "block_rule": "empty_bridge", "lexical_aliases": False},
@@ -142,6 +142,8 @@ def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
     if beam:  # the scoring switches (common.evaluation.beam): only BEAM runs carry them
         out["beam_scoring"] = {"float_scores": cfg.score.beam_float_scores,
                                "fill_question": cfg.score.beam_fill_question}
+        if cfg.score.beam_empty_answers != "zero":  # added later: only when set, older fingerprints stay
+            out["beam_scoring"]["empty_answers"] = cfg.score.beam_empty_answers
     return out
 
 

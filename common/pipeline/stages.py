@@ -351,7 +351,7 @@ def answer(run: Run) -> None:
     steps = answer_mod.AnswerSteps(prompt_set=run.cfg.prompts.set, rerank=ac.rerank, rerank_max=ac.rerank_max,
                                    verify=ac.verify, style=style, rerank_keep_all=ac.rerank_keep_all,
                                    draft=ac.draft, verify_personal=ac.verify_personal,
-                                   routes=Routes(**dataclasses.asdict(ac.routes)))
+                                   routes=Routes(**dataclasses.asdict(ac.routes)), strip=ac.strip)
     extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
                                         ("answer_draft", ac.draft == "json"),
                                         ("answer_count", ac.routes.count),
@@ -366,6 +366,7 @@ def answer(run: Run) -> None:
                             "verify" if ac.verify else "",
                             "draft_json" if ac.draft == "json" else "",
                             "verify_short" if ac.verify and not ac.verify_personal else "",
+                            "raw" if not ac.strip else "",
                             json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)
                             if steps.routes != Routes() else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
