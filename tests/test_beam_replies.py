@@ -51,7 +51,10 @@ class Judge:
                           usage={}, latency=0.0)
 
 
-def _judge(reply: str, ability: str, answer: str | None = "beta\nalpha\ngamma", opts=beam.Options(),
+DEFAULT = beam.Options()
+
+
+def _judge(reply: str, ability: str, answer: str | None = "beta\nalpha\ngamma", opts: beam.Options = DEFAULT,
            error: str = "") -> Any:
     ans = AnswerRow(qid="c::q1", memory_id="c", question="In what order?", answer=answer, model="m",
                     prompt_id="answer_beam_user", error=error)

@@ -15,8 +15,7 @@ from common.core.config import ConfigError, RetrieveConfig, load_config
 from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, Turn
 from common.method import lexical
 from common.method.index import build_index
-from common.method.plan import (code_fallback_plan, fallback_plan, normalize_plan, plan_question,
-                                repair_messages)
+from common.method.plan import code_fallback_plan, fallback_plan, normalize_plan, plan_question, repair_messages
 from common.method.retrieve import Retriever
 from common.pipeline.experiments import load as load_experiments
 from tests import conftest

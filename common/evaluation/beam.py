@@ -311,17 +311,18 @@ def judge_beam(client: LLMClient, name: str, answer: AnswerRow, gold: Gold, opts
     """
     settings = client.settings("judge")
     row = JudgeRow(qid=answer.qid, judge=name, judge_model=settings.model, prompt_id=RUBRIC_PROMPT, label=None)
-    response, stand_in = answer.answer, ""
+    stand_in = ""
     if opts.empty_answers == "official":
-        if response is None:
-            response, stand_in = OFFICIAL_ERROR_ANSWER.format(ability=gold.question_type, question=answer.question,
-                                                              path=ANSWERS_FILE), "error_text"
-        elif not response.strip():
+        if answer.answer is None:
+            stand_in = "error_text"
+        elif not answer.answer.strip():
             stand_in = "empty_answer"
-    elif not (response or "").strip():
-        empty = response is not None
+    elif not (answer.answer or "").strip():
+        empty = answer.answer is not None
         row.error = f"no_answer: {answer.error or ('empty_answer' if empty else 'answer stage failed')}"
         return row
+    response = answer.answer if answer.answer is not None else OFFICIAL_ERROR_ANSWER.format(
+        ability=gold.question_type, question=answer.question, path=ANSWERS_FILE)
     calls: list[dict[str, Any]] = []
     raws: list[str] = []
 

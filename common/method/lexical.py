@@ -111,9 +111,9 @@ class TermTables:
         return list(dict.fromkeys(list(rule.terms) + (v.split() if rule.value_words else [])))
 
 
-def _strings(raw: Any, where: str) -> tuple[str, ...]:
+def _strings(raw: Any, where: str, path: Path = ALIASES_FILE) -> tuple[str, ...]:
     if not isinstance(raw, list) or not all(isinstance(x, str) and x.strip() for x in raw):
-        raise ValueError(f"{ALIASES_FILE}: {where} must be a list of non-empty strings")
+        raise ValueError(f"{path}: {where} must be a list of non-empty strings")
     return tuple(norm(x) for x in raw)
 
 
@@ -128,19 +128,21 @@ def load_term_tables(path: Path = ALIASES_FILE) -> TermTables:
     for i, r in enumerate(data.get("property_terms") or []):
         if not isinstance(r, dict) or not r.get("name"):
             raise ValueError(f"{path}: property_terms[{i}] must be a mapping with a name")
+
+        def field_(name: str, r: dict[str, Any] = r, i: int = i) -> tuple[str, ...]:
+            return _strings(r.get(name, []), f"property_terms[{i}].{name}", path)
+
         rules.append(TermRule(
-            name=str(r["name"]), terms=_strings(r.get("terms"), f"property_terms[{i}].terms"),
-            properties=frozenset(_strings(r.get("properties", []), f"property_terms[{i}].properties")),
-            value_contains=_strings(r.get("value_contains", []), f"property_terms[{i}].value_contains"),
-            value_is=frozenset(_strings(r.get("value_is", []), f"property_terms[{i}].value_is")),
-            value_properties=frozenset(_strings(r.get("value_properties", []), f"property_terms[{i}].value_properties")),
+            name=str(r["name"]), terms=_strings(r.get("terms"), f"property_terms[{i}].terms", path),
+            properties=frozenset(field_("properties")), value_contains=field_("value_contains"),
+            value_is=frozenset(field_("value_is")), value_properties=frozenset(field_("value_properties")),
             value_words=bool(r.get("value_words", False))))
     forms = data.get("word_forms") or {}
     if not isinstance(forms, dict):
         raise ValueError(f"{path}: word_forms must be a mapping of word -> list of words")
-    return TermTables(aliases={norm(k): _strings(v, f"query_aliases.{k}") for k, v in aliases.items()},
+    return TermTables(aliases={norm(k): _strings(v, f"query_aliases.{k}", path) for k, v in aliases.items()},
                       rules=tuple(rules),
-                      word_forms={norm(k): frozenset(_strings(v, f"word_forms.{k}")) for k, v in forms.items()})
+                      word_forms={norm(k): frozenset(_strings(v, f"word_forms.{k}", path)) for k, v in forms.items()})
 
 
 def _term_ok(term: str) -> bool:

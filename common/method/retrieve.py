@@ -47,8 +47,15 @@ from common.core.text import content_tokens, norm, normprop, tokens
 from common.core.tokens import count_tokens
 from common.method.bridge import ANCHOR_FIELDS, PLACEHOLDER, Resolver, resolve_anchor
 from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
-from common.method.lexical import (EpisodeText, TermTables, hop_terms, lexical_guard, load_term_tables,
-                                   rank_episodes_for_answer, squash)
+from common.method.lexical import (
+    EpisodeText,
+    TermTables,
+    hop_terms,
+    lexical_guard,
+    load_term_tables,
+    rank_episodes_for_answer,
+    squash,
+)
 from common.method.render import MemoryView, render_buffer, render_turn
 
 FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "condition_value")
