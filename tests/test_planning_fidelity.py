@@ -259,5 +259,8 @@ def test_each_switch_changes_the_fingerprint_only_when_set_and_has_an_ablation_r
         assert any(s.get(key) == value for s in sets), key
     repair = fingerprint.run_components(load_config(["configs/locomo.yaml"], ["plan.repair=code"]), "s")
     assert "code_rules.plan_code_repair_user" in repair["prompts"]
+    aliases = fingerprint.run_components(load_config(["configs/locomo.yaml"], ["retrieve.lexical_aliases=true"]), "s")
+    assert "code_rules.lexical_aliases.yaml" in aliases["prompts"]
+    assert "code_rules.lexical_aliases.yaml" not in base["prompts"]
     assert set(exp.panels["planning_fidelity"]) >= {"plan_repair_code", "plan_fallback_code", "block_rule_code",
                                                     "lexical_aliases"}

@@ -106,12 +106,21 @@ def _set_prompt_hashes(cfg: Config) -> dict[str, str]:
             for p in sorted(PROMPT_DIR.glob("*/*.txt"))}
 
 
+def _data_hashes(cfg: Config) -> dict[str, str]:
+    """Data files a switch reads (retrieve.lexical_aliases: the lexical guard's alias and term sets),
+    only for a run that reads them, so that editing one shows in the fingerprint."""
+    if not cfg.retrieve.lexical_aliases:
+        return {}
+    path = PROMPT_DIR / "code_rules" / "lexical_aliases.yaml"
+    return {"code_rules.lexical_aliases.yaml": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
+
+
 def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
     return {
         "protocol_version": PROTOCOL_VERSION,
         "benchmark": cfg.benchmark,
         "dataset_sha256": dataset_sha256,
-        "prompts": {**_prompt_hashes(judge=False), **_set_prompt_hashes(cfg)},
+        "prompts": {**_prompt_hashes(judge=False), **_set_prompt_hashes(cfg), **_data_hashes(cfg)},
         "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer", "memory",
                                               *SWITCHED_ROLES)
                   if r not in SWITCHED_ROLES or _switched(cfg, r)},
