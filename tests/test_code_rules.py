@@ -73,7 +73,9 @@ def hits(paths: list[Path], names: list[str]) -> list[str]:
 
 
 def prompt_files() -> list[Path]:
-    return sorted(prompts.PROMPT_DIR.rglob("*.txt"))
+    """Every prompt template, and the data files a prompt set holds (the lexical guard's alias and
+    term sets): each is scanned for benchmark names and 4-word sequences, and listed in SOURCES.md."""
+    return sorted([*prompts.PROMPT_DIR.rglob("*.txt"), *prompts.PROMPT_DIR.glob("*/*.yaml")])
 
 
 # --------------------------------------------------------------------------- no benchmark names

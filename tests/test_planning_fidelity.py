@@ -18,9 +18,8 @@ from common.method.index import build_index
 from common.method.plan import code_fallback_plan, fallback_plan, normalize_plan, plan_question, repair_messages
 from common.method.retrieve import Retriever
 from common.pipeline.experiments import load as load_experiments
-from tests import conftest
-from tests.fake_openai import FakeOpenAI, FaultPlan
-from tests.test_code_fidelity import EMB, _bridge_plan, _rec, _ret, _view
+from tests.fake_openai.scripted import kind_for_prompt_id
+from tests.test_code_fidelity import EMB, _bridge_plan, _memory, _rec, _view
 
 Q_COUNT = Question("m::q1", "m", "How many times has Oskar gone sailing?")
 
@@ -58,30 +57,27 @@ def test_code_fallback_plan_keyword_rules_point_scope_and_the_failed_reply_overr
     assert normalize_plan({"hops": [{"anchor": {"entity": "x", "property": "y"}}]}).retrieval_scope == "point"
 
 
-def _client(server: FakeOpenAI, tmp_path):
-    return conftest.make_client(server, tmp_path, "plan")
-
-
-def test_plan_question_uses_the_code_fallback_and_the_code_repair_request(tmp_path):
-    faults = FaultPlan(script=["malformed", "malformed"], kinds={"plan", "plan_repair"})
-    with FakeOpenAI(faults=faults) as server:
-        row = plan_question(_client(server, tmp_path), Q_COUNT, {"sail": 3, "fish": 1}, granularity="fine",
-                            repair="code", fallback="code")
-        repair_request = server.requests_of_kind("plan_repair")[0]["messages"]
+def test_plan_question_uses_the_code_fallback_and_the_code_repair_request():
+    client = _Scripted("not json", "still not json")
+    row = plan_question(client, Q_COUNT, {"sail": 3, "fish": 1}, granularity="fine",  # type: ignore[arg-type]
+                        repair="code", fallback="code")
     assert row.fallback_used and row.repaired and row.plan == code_fallback_plan(Q_COUNT.question)
     assert [c["prompt_id"] for c in row.llm_calls] == ["plan_user", "code_rules.plan_code_repair_user"]
-    system, user = repair_request[0]["content"], repair_request[1]["content"]
+    system, user = client.messages[1][0]["content"], client.messages[1][1]["content"]
     assert system == prompts.load("code_rules.plan_code_repair_system")
     # Their repair request: question, error, failed plan, the reminder list, the vocabulary and
     # the granularity block (the harness's carries none of the last three).
     assert "Question: How many times has Oskar gone sailing?" in user and "Reminders:" in user
-    assert "fish, sail" in user and prompts.load("granularity_fine") in user
+    assert "fish, sail" in user and prompts.load("granularity_fine") in user and "still" not in user
+    assert "The plan that failed:\nnot json" in user
     assert "condition_property is one of after, before, during" in user
     harness = repair_messages(Q_COUNT, "bad", "{}", "fish, sail", "fine")[1]["content"]
     assert "fish, sail" not in harness and "Reminders:" not in harness
     # granularity none (their LongMemEval planner): the block and its heading are left out.
     none = repair_messages(Q_COUNT, "bad", "{}", "fish, sail", "none", "code")[1]["content"]
     assert "granularity" not in none.lower() and "fish, sail" in none
+    # The fake server knows the code repair prompt as a repair call.
+    assert kind_for_prompt_id("code_rules.plan_code_repair_user") == "plan_repair"
 
 
 class _Reply:
@@ -96,10 +92,11 @@ class _Scripted:
     """A client whose planner replies are given (the fake server plans every question validly)."""
 
     def __init__(self, *texts: str):
-        self.texts, self.sent = list(texts), []
+        self.texts, self.sent, self.messages = list(texts), [], []
 
     def complete(self, role, messages, json_mode=False, prompt_id=""):
         self.sent.append(prompt_id)
+        self.messages.append(messages)
         return _Reply(self.texts.pop(0))
 
 
@@ -124,8 +121,14 @@ def _resolve_empty(hop, anchor, context, ids):
     return Bridge(hop.hop_id, hop.bridge_request, "", [], ids), []
 
 
+_MEMORY: list = []
+
+
 def _run(plan: Plan, **cfg):
-    r = _ret(block_empty_bridge=True, **cfg)[0]
+    if not _MEMORY:  # one index for every retriever of these tests
+        _MEMORY.extend(_memory()[:2])
+    view, index = _MEMORY
+    r = Retriever(index, view, EMB, RetrieveConfig(block_empty_bridge=True, **cfg))
     searched: list[Anchor] = []
     inner = r.hop_hits
     r.hop_hits = lambda question, anchor, scope: searched.append(anchor) or inner(question, anchor, scope)  # type: ignore[method-assign]
@@ -211,12 +214,11 @@ def test_the_retriever_reads_the_tables_only_with_the_switch():
 
 
 def test_the_alias_file_names_no_benchmark_content():
-    from tests.test_code_rules import _need_data, benchmark_grams, benchmark_names, gram_hits, hits
+    from tests.test_code_rules import benchmark_names, hits, prompt_files
 
     path = lexical.ALIASES_FILE
-    assert hits([path], benchmark_names()) == []
-    _need_data()
-    assert gram_hits([path], benchmark_grams()) == []
+    # The name, 4-word-sequence and SOURCES.md scans of test_code_rules read it with the prompts.
+    assert path in prompt_files() and hits([path], benchmark_names()) == []
     # Their entries naming one conversation's content stay out (SOURCES.md lists them).
     tables = lexical.load_term_tables()
     for refused in ("clipboard", "studio", "accepted", "exposure", "sentiment", "progress"):
