@@ -73,7 +73,9 @@ def hits(paths: list[Path], names: list[str]) -> list[str]:
 
 
 def prompt_files() -> list[Path]:
-    return sorted(prompts.PROMPT_DIR.rglob("*.txt"))
+    """Every prompt template, and the data files a prompt set holds (the lexical guard's alias and
+    term sets): each is scanned for benchmark names and 4-word sequences, and listed in SOURCES.md."""
+    return sorted([*prompts.PROMPT_DIR.rglob("*.txt"), *prompts.PROMPT_DIR.glob("*/*.yaml")])
 
 
 # --------------------------------------------------------------------------- no benchmark names
@@ -431,10 +433,12 @@ def test_code_configs_switch_everything_on_over_the_paper_config(config, paper):
     assert (code.prompts.set, code.plan.validation, code.plan.audit, code.answer.rerank, code.answer.verify) == \
         ("code_rules", "code", True, lme, lme)
     assert code.run.name == "code_rules" and code.benchmark == base.benchmark
-    # Retrieval differs only by the authors' entity gate, field scores and blocked hops (and, in their
-    # LongMemEval retrieval only, the broad state lookup).
+    # Retrieval differs only by the authors' entity gate, field scores, blocked hops (and their
+    # blocking rule), the generic sets of their lexical guard (and, in their LongMemEval retrieval
+    # only, the broad state lookup).
     assert dataclasses.replace(code.retrieve, entity_match="fuzzy", field_scores="harness",
-                               block_empty_bridge=False, broad_state_lookup=False) == base.retrieve
+                               block_empty_bridge=False, block_rule="empty_bridge",
+                               lexical_aliases=False, broad_state_lookup=False) == base.retrieve
     assert code.retrieve.broad_state_lookup == lme
     assert code.judge == base.judge and code.models == base.models
 

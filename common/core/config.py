@@ -217,6 +217,16 @@ class PlanConfig:
     # that returns it unchanged or corrected; an audited plan that fails validation, or any failed
     # call, keeps the pre-audit plan.
     audit: bool = False
+    # The repair call after an invalid plan. harness: the error, the question and the failed plan
+    # with a one-line schema reminder (plan_repair_*). code: the authors' repair request, which
+    # adds a reminder list mirroring the planner rules, the vocabulary and the granularity block
+    # (code_rules.plan_code_repair_*).
+    repair: Literal["harness", "code"] = "harness"
+    # The plan used when the repair failed too. harness: one hop from the question's words (first
+    # capitalized name else user, the longest content word as property, all_matching for counting
+    # and list wording). code: the authors' last-resort plan (keyword property rules, a short
+    # required property of the failed reply, always one point hop).
+    fallback: Literal["harness", "code"] = "harness"
 
 
 @dataclass(frozen=True)
@@ -251,8 +261,19 @@ class RetrieveConfig:
     # text, ties by episode id.
     field_scores: Literal["harness", "code"] = "harness"
     # A hop whose $hN.bridge resolved to nothing: false searches with the emptied anchor field;
-    # true blocks the hop (no episodes), as the authors' code does (status blocked_missing_bridge).
+    # true blocks the hop (no episodes; the authors' status blocked_missing_bridge), which hops
+    # under block_rule.
     block_empty_bridge: bool = False
+    # Which hops block_empty_bridge blocks. empty_bridge (the harness's stricter rule): any
+    # $hN.bridge that resolved to nothing, an emptied value or condition value included. code: the
+    # authors' rule, only a hop whose entity or property is empty after substitution or whose
+    # anchor still holds a string starting with "$".
+    block_rule: Literal["empty_bridge", "code"] = "empty_bridge"
+    # The authors' generic alias and synonym sets of the lexical guard (question-word aliases
+    # such as lost -> lose, visit -> trip; term sets by property such as camp -> camping, campfire;
+    # camp counted as its own forms only): common/prompts/code_rules/lexical_aliases.yaml. Their
+    # tables naming benchmark content are not reproduced.
+    lexical_aliases: bool = False
     # Structured gates (reference_notes 3.5 step 5). code: as the authors' code: a typed anchor
     # needs the same record type ("other" included), generic record properties are activity/event/
     # thing/other, a generic record property passes a SPECIFIC anchor property only when it holds
@@ -410,6 +431,10 @@ class AnswerConfig:
     # about the user, latest/previous-state wording and temporal point plans (plan and wording only).
     keep_whole_point: bool = False
     routes: RoutesConfig = field(default_factory=lambda: RoutesConfig())
+    # The answer is the reply with its surrounding whitespace stripped. false (configs/beam.yaml):
+    # the raw reply, as BEAM's official runner stores and scores it (an event-ordering answer's
+    # trailing newline is one more line to align).
+    strip: bool = True
 
 
 @dataclass(frozen=True)
@@ -432,6 +457,15 @@ class ScoreConfig:
     # placeholder (officially never filled): one more call per rubric item.
     beam_float_scores: bool = False
     beam_fill_question: bool = False
+    # BEAM: an empty answer and a failed answer call. zero (the harness's rule): no judge call, the
+    # question scores 0 and is counted (no_answer). official: as BEAM's own runner, the empty
+    # answer is judged as it is, and a failed call's error text ("Error in <ability> question type
+    # and <question> and for <answers file>") is judged as the answer.
+    beam_empty_answers: Literal["zero", "official"] = "zero"
+    # BEAM: the judge request carries seed 42 (models.default.seed, every role's); the official
+    # client (langchain's ChatOpenAI in src/llm.py) sends no seed: false drops it for the judge role
+    # of a BEAM run (a new cache entry per call).
+    beam_judge_seed: bool = True
 
 
 @dataclass(frozen=True)
@@ -489,6 +523,8 @@ class Config:
             return next((getattr(c, name) for c in chain if getattr(c, name) is not None), getattr(base, name))
 
         merged = {f.name: pick(f.name) for f in dataclasses.fields(RoleConfig)}
+        if role == "judge" and self.benchmark == "beam" and not self.score.beam_judge_seed:
+            merged["seed"] = None  # the official BEAM judge client sends none
         if not merged["model"]:
             raise ConfigError(f"models.{role}.model: no model configured")
         base_url = merged["base_url"]

@@ -39,13 +39,13 @@ METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "prompts", "plan
 LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "embedding": {"runtime": "torch"},
     "prompts": {"set": "paper"},
-    "plan": {"validation": "schema", "audit": False},
+    "plan": {"validation": "schema", "audit": False, "repair": "harness", "fallback": "harness"},
     "answer": {"rerank": False, "rerank_max": 20, "verify": False, "rerank_keep_all": True, "draft": "plain",
                "verify_personal": True, "draft_prompt": "answer_system",
-               "keep_whole_point": False, "routes": dataclasses.asdict(RoutesConfig())},
+               "keep_whole_point": False, "routes": dataclasses.asdict(RoutesConfig()), "strip": True},
     "extract": {"speaker_event_projection": False, "object_creator_projection": False},
     "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False,
-                 "broad_state_lookup": False},
+                 "broad_state_lookup": False, "block_rule": "empty_bridge", "lexical_aliases": False},
 }
 # The roles of those switches, fingerprinted only when their switch is on.
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),
@@ -98,12 +98,22 @@ def _prompt_hashes(judge: bool) -> dict[str, str]:
 
 def _set_prompt_hashes(cfg: Config) -> dict[str, str]:
     """The prompt-set files (``common/prompts/<set>/``), only for a run that uses one of them: the
-    set itself, or a switch whose prompts live there (plan.audit, answer.rerank, answer.verify)."""
-    used = cfg.prompts.set != "paper" or any(_switched(cfg, r) for r in SWITCHED_ROLES)
+    set itself, or a switch whose prompts live there (plan.audit, plan.repair, answer.rerank, answer.verify)."""
+    used = (cfg.prompts.set != "paper" or cfg.plan.repair != "harness"
+            or any(_switched(cfg, r) for r in SWITCHED_ROLES))
     if not used:
         return {}
     return {f"{p.parent.name}.{p.stem}": hashlib.sha256(p.read_bytes()).hexdigest()[:16]
             for p in sorted(PROMPT_DIR.glob("*/*.txt"))}
+
+
+def _data_hashes(cfg: Config) -> dict[str, str]:
+    """Data files a switch reads (retrieve.lexical_aliases: the lexical guard's alias and term sets),
+    only for a run that reads them, so that editing one shows in the fingerprint."""
+    if not cfg.retrieve.lexical_aliases:
+        return {}
+    path = PROMPT_DIR / "code_rules" / "lexical_aliases.yaml"
+    return {"code_rules.lexical_aliases.yaml": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
 
 
 def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
@@ -111,7 +121,7 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         "protocol_version": PROTOCOL_VERSION,
         "benchmark": cfg.benchmark,
         "dataset_sha256": dataset_sha256,
-        "prompts": {**_prompt_hashes(judge=False), **_set_prompt_hashes(cfg)},
+        "prompts": {**_prompt_hashes(judge=False), **_set_prompt_hashes(cfg), **_data_hashes(cfg)},
         "roles": {r: _role(cfg, r) for r in ("partition", "extract", "plan", "bridge", "answer", "memory",
                                               *SWITCHED_ROLES)
                   if r not in SWITCHED_ROLES or _switched(cfg, r)},
@@ -142,6 +152,8 @@ def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
     if beam:  # the scoring switches (common.evaluation.beam): only BEAM runs carry them
         out["beam_scoring"] = {"float_scores": cfg.score.beam_float_scores,
                                "fill_question": cfg.score.beam_fill_question}
+        if cfg.score.beam_empty_answers != "zero":  # added later: only when set, older fingerprints stay
+            out["beam_scoring"]["empty_answers"] = cfg.score.beam_empty_answers
     return out
 
 

@@ -26,10 +26,24 @@ The two defects, reproduced by default:
   ``score.beam_fill_question`` fills it, which needs its own judge calls (one more per rubric
   item); the official, unfilled calls are still made so both are reported side by side.
 
+Scores are read as the official code reads them: ``int(score)`` for every ability but event
+ordering (so ``true`` is 1 and ``"1"`` is 1), ``float(score)`` for event ordering's rubric replies
+(so ``"0.5"``, ``2``, ``1.5`` and ``true`` are read; that mean is recorded, not reported). Any
+reply becomes a score or a counted failure.
+
+Two more switches follow the official runner where the harness differs by default:
+``score.beam_empty_answers: official`` judges an empty answer as it is and a failed answer call's
+error text as the answer (default ``zero``: no call, the question scores 0, counted as
+``no_answer``); ``score.beam_judge_seed: false`` drops the judge request's seed 42 (the official
+client sends none). BEAM runs score the answer's raw content, surrounding whitespace included, as
+the official code does (``answer.strip: false`` in configs/beam.yaml).
+
 Deviations, all counted and stated: a failed call or an unparsable reply makes the question a
 counted failure (the official run would stop with an exception); a score outside [0, 1] or one
-``int`` cannot read (e.g. the string "0.5") is a parse failure; an undefined tau-b (officially
-NaN, which turns the ability's mean into NaN) scores 0 and is counted as ``tau_undefined``; the
+``int`` cannot read (e.g. the string "0.5", or ``Infinity`` / ``1e999``, on which the official
+``int()`` raises OverflowError) is a parse failure, and so is a non-finite event-ordering rubric
+score (officially summed into a mean it does not report); an undefined tau-b (officially NaN,
+which turns the ability's mean into NaN) scores 0 and is counted as ``tau_undefined``; the
 official event-ordering scorer's extra fact-extraction call, whose result it overwrites before use,
 is not made (it changes no number).
 """
@@ -71,10 +85,18 @@ VARIANT_LABELS = {"official": "official (int, <question> unfilled)", "float": "f
                   "filled": "<question> filled", "corrected": "both corrected"}
 
 
+EMPTY_ANSWERS = ("zero", "official")
+# The official runner's answer when its answer call raised (src/answer_probing_questions/
+# answer_generation.py); the last slot names its output file, here the harness's answer file.
+OFFICIAL_ERROR_ANSWER = "Error in {ability} question type and {question} and for {path}"
+ANSWERS_FILE = "07_answer.jsonl"
+
+
 @dataclass(frozen=True)
 class Options:
     float_scores: bool = False
     fill_question: bool = False
+    empty_answers: str = "zero"  # score.beam_empty_answers
 
     @property
     def headline(self) -> str:
@@ -85,7 +107,8 @@ class Options:
 def options(cfg: Any) -> Options:
     score = getattr(cfg, "score", None)
     return Options(float_scores=bool(getattr(score, "beam_float_scores", False)),
-                   fill_question=bool(getattr(score, "beam_fill_question", False)))
+                   fill_question=bool(getattr(score, "beam_fill_question", False)),
+                   empty_answers=str(getattr(score, "beam_empty_answers", "zero")))
 
 
 # --------------------------------------------------------------------------- prompts
@@ -152,15 +175,24 @@ def parse_reply(text: str) -> Any:
         raise ValueError(f"reply is not JSON even after json_repair: {type(exc).__name__}") from None
 
 
-def item_scores(obj: Any) -> tuple[int, float]:
-    """(official ``int(score)``, corrected ``float(score)``) of one parsed reply; ``ValueError`` when
-    it has no usable score (no ``score`` key, not a number ``int`` reads, outside [0, 1])."""
+def item_scores(obj: Any, ability: str = "") -> tuple[Optional[int], float]:
+    """(official score, float score) of one parsed reply, read as the official code reads it.
+
+    Every ability but event ordering: ``int(score)`` (``true`` -> 1, ``"1"`` -> 1, ``0.5`` -> 0)
+    and ``float(score)``, which must lie in [0, 1]. Event ordering: ``float(score)`` only (official
+    None), any finite number. ``ValueError`` when the reply has no usable score: no ``score`` key,
+    a value the official reader rejects (``int("0.5")``), or one it would crash on (``Infinity``,
+    ``1e999``: OverflowError in ``int``); never any other exception.
+    """
     try:
         raw = obj["score"]
-        official, corrected = int(raw), float(raw)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        official = None if ability == EVENT_ORDERING else int(raw)
+        corrected = float(raw)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
         raise ValueError(f"judge reply has no usable score ({type(exc).__name__})") from None
-    if not 0.0 <= corrected <= 1.0 or isinstance(raw, bool):
+    if not math.isfinite(corrected):
+        raise ValueError(f"judge score {raw!r} is not a finite number")
+    if ability != EVENT_ORDERING and not 0.0 <= corrected <= 1.0:
         raise ValueError(f"judge score {raw!r} is not in [0, 1]")
     return official, corrected
 
@@ -218,12 +250,13 @@ def ordering_score(reference: list[str], system: list[str]) -> dict[str, Any]:
 Call = Callable[[list[dict[str, str]], str], str]
 
 
-def _judge_items(call: Call, rubric: list[str], response: str, question: Optional[str]) -> list[dict[str, Any]]:
+def _judge_items(call: Call, rubric: list[str], response: str, question: Optional[str],
+                 ability: str = "") -> list[dict[str, Any]]:
     out = []
     for item in rubric:
         reply = call([{"role": "user", "content": rubric_prompt(item, response, question)}], RUBRIC_PROMPT)
         obj = parse_reply(reply.strip())
-        official, corrected = item_scores(obj)
+        official, corrected = item_scores(obj, ability)
         out.append({"item": item, "score": obj["score"], "reason": obj.get("reason", "") if isinstance(obj, dict)
                     else "", "int": official, "float": corrected})
     return out
@@ -249,9 +282,9 @@ def question_scores(call: Call, ability: str, rubric: list[str], response: str, 
         ordering["tau_norm"] = None if undefined else ordering["tau_norm"]
         ordering["final_score"] = None if undefined else ordering["final_score"]
         out["ordering"] = {**ordering, "tau_undefined": undefined, "aligned": aligned}
-    out["items"] = _judge_items(call, rubric, response, None)
+    out["items"] = _judge_items(call, rubric, response, None, ability)
     if fill_question:
-        out["filled_items"] = _judge_items(call, rubric, response, question)
+        out["filled_items"] = _judge_items(call, rubric, response, question, ability)
     if ability == EVENT_ORDERING:
         tau = out["ordering"]["tau_norm"] or 0.0  # the reported number; the question does not enter it
         out["rubric_judge"] = {"float": _mean(out["items"], "float")}  # officially summed with float()
@@ -270,14 +303,26 @@ def judge_beam(client: LLMClient, name: str, answer: AnswerRow, gold: Gold, opts
                repeat: int = 0) -> JudgeRow:
     """All judge calls of one BEAM question; ``label`` = 1 iff the headline score is 1.0.
 
-    A missing answer makes no request (``no_answer``); a failed call or an unscorable reply makes
-    the question a counted failure (label None) with its cause, the calls made so far kept.
+    A missing or empty answer makes no request (``no_answer``) under the harness's rule
+    (``score.beam_empty_answers: zero``); under the official one the empty answer is judged as it
+    is and a failed answer is judged as the official runner's error text (``answer_stand_in`` in
+    the scores says which). A failed call or an unscorable reply makes the question a counted
+    failure (label None) with its cause, the calls made so far kept.
     """
     settings = client.settings("judge")
     row = JudgeRow(qid=answer.qid, judge=name, judge_model=settings.model, prompt_id=RUBRIC_PROMPT, label=None)
-    if not answer.answer:
-        row.error = f"no_answer: {answer.error or ('empty_answer' if answer.answer == '' else 'answer stage failed')}"
+    stand_in = ""
+    if opts.empty_answers == "official":
+        if answer.answer is None:
+            stand_in = "error_text"
+        elif not answer.answer.strip():
+            stand_in = "empty_answer"
+    elif not (answer.answer or "").strip():
+        empty = answer.answer is not None
+        row.error = f"no_answer: {answer.error or ('empty_answer' if empty else 'answer stage failed')}"
         return row
+    response = answer.answer if answer.answer is not None else OFFICIAL_ERROR_ANSWER.format(
+        ability=gold.question_type, question=answer.question, path=ANSWERS_FILE)
     calls: list[dict[str, Any]] = []
     raws: list[str] = []
 
@@ -289,8 +334,10 @@ def judge_beam(client: LLMClient, name: str, answer: AnswerRow, gold: Gold, opts
         return c.text
 
     try:
-        row.scores = question_scores(call, gold.question_type, list(gold.rubric), answer.answer, answer.question,
+        row.scores = question_scores(call, gold.question_type, list(gold.rubric), response, answer.question,
                                      opts.fill_question)
+        if stand_in:
+            row.scores["answer_stand_in"] = stand_in
     except LLMCallError as exc:
         row.error = f"{exc.cause}: {exc}"
     except ValueError as exc:
@@ -462,8 +509,9 @@ def judge_calls(golds: list[Gold], fill_question: bool) -> dict[str, int]:
     ``rubric``: one per rubric item (twice with ``score.beam_fill_question``: the official unfilled
     call and the filled one). ``align_max``: the event-ordering YES/NO calls, at most one per
     (answer line, unused rubric item) pair; with an answer of as many lines as the rubric that is
-    R*(R+1)/2 when no line matches and R when each line matches its own item first, so R*R is a
-    safe bound, assumed here. The exact count depends on the answer and is in the ledger after.
+    R*R when no line matches (each line is tried against every item), R when each line matches
+    its own item first, and R*(R+1)/2 when the lines match the items in reverse order; R*R, the
+    most, is assumed here. The exact count depends on the answer and is in the ledger after.
     """
     items = sum(len(g.rubric) for g in golds)
     align = sum(len(g.rubric) ** 2 for g in golds if g.question_type == EVENT_ORDERING)

@@ -68,6 +68,7 @@ class AnswerSteps:
     routes: Routes = Routes()
     draft_prompt: str = "answer_system"
     keep_whole_point: bool = False
+    strip: bool = True  # answer.strip: false keeps the reply's surrounding whitespace (BEAM)
 
 
 @dataclass
@@ -352,12 +353,12 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     calls.add(c, row.prompt_id, role)
     row.cache_key, row.usage, row.latency, row.cached = c.cache_key, c.usage, round(c.latency, 4), c.cached
     try:
-        row.answer = _draft_answer(c.text) if json_draft else c.text.strip()
+        row.answer = _draft_answer(c.text) if json_draft else c.text.strip() if steps.strip else c.text
     except ValueError as exc:
         row.error = f"invalid_reply: {exc}"
         _record(row, calls, multi)
         return row
-    if not row.answer:
+    if not row.answer.strip():
         row.error = "empty_answer"
     elif plan is not None and steps.verify:
         row.draft = row.answer

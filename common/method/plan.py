@@ -7,6 +7,14 @@ Replies are normalized and validated; a bad reply gets one repair call, then a r
 deterministic fallback plan built from the question's own words. ``plan.validation: code`` adds
 the authors' normalization and validation rules; ``plan.audit`` sends a valid plan to one audit
 call (role ``plan_audit``) whose reply replaces it only if it is valid too.
+
+Two switches give the authors' versions of the last two steps beside the harness's own:
+``plan.repair: code`` sends their repair request (the error, the invalid plan, a reminder list
+mirroring the planner rules, the vocabulary and, where the planner has one, the granularity
+block; ``code_rules.plan_code_repair_*``) instead of the harness's short one, and
+``plan.fallback: code`` builds their last-resort plan (``code_fallback_plan``: the first
+capitalized word that is not a question word, else ``user``; a property from keyword rules,
+overridden by a short required property of the failed reply; one point hop).
 """
 from __future__ import annotations
 
@@ -24,6 +32,9 @@ from common.method.bridge import PLACEHOLDER
 from common.method.extract import fill_granular
 
 PROMPT_IDS = ("plan_system", "plan_user", "plan_repair_system", "plan_repair_user")
+CODE_REPAIR_IDS = ("code_rules.plan_code_repair_system", "code_rules.plan_code_repair_user")
+REPAIRS = ("harness", "code")
+FALLBACKS = ("harness", "code")
 AUDIT_PROMPT_IDS = ("code_rules.plan_audit_system", "code_rules.plan_audit_user")
 VALIDATIONS = ("schema", "code")
 TARGET_TYPES = ("time", "value", "entity", "location", "count", "list", "boolean", "likelihood", "explanation")
@@ -238,31 +249,107 @@ def fallback_plan(question: str) -> Plan:
                 required_properties=[], hops=[hop])
 
 
+# The authors' last-resort plan (reference_notes 3.4, control flow step 4). Words that start a
+# question with a capital letter but never name its subject; their list, as a fact.
+_CODE_QUESTION_INITIALS = frozenset("when what where why who which how can could would did does do is are was "
+                                    "were should please tell".split())
+_CODE_NAME = re.compile(r"\b[A-Z][A-Za-z'-]+\b")  # two letters or more: "I" is never a name
+# (substrings of the lower-cased question, first rule that fires wins) -> property
+_CODE_PROPERTY_RULES = (
+    (("birthday", "born"), "birthday"),
+    (("how many", "how often", "total number", "all the"), "activity"),
+    (("when", "date", "what year", "how long"), "time"),
+    (("where", "which place", "location"), "location"),
+    (("destress", "relax", "do to", "activities"), "activity"),
+    (("recommend", "suggest", "prefer", "like"), "preference"),
+    (("move", "moved", "relocat"), "move"),
+)
+
+
+def code_fallback_property(question: str, raw: Any = None) -> str:
+    """The authors' fallback property: the first required property of the failed reply that has at
+    most two alphanumeric words, else the keyword rules (substring tests, so "like" also fires on
+    "likely", as theirs), else ``activity``."""
+    reqs = raw.get("required_properties") if isinstance(raw, dict) else None
+    for item in reqs if isinstance(reqs, list) else []:
+        if isinstance(item, dict):
+            cand = _str(item.get("broad_property") or item.get("property") or item.get("property_text"))
+            if cand and len(re.findall(r"[A-Za-z0-9]+", cand.replace("_", " "))) <= 2:
+                return cand
+    q = question.lower()
+    return next((prop for keys, prop in _CODE_PROPERTY_RULES if any(k in q for k in keys)), "activity")
+
+
+def code_fallback_plan(question: str, raw: Any = None, validation: str = "schema") -> Plan:
+    """The authors' last-resort plan, normalized and validated like a planner reply.
+
+    Entity: the first capitalized word of two letters or more that is not one of their question
+    initials (so a leading "In" or "What's" is taken, as theirs takes it), else ``user``; type
+    person either way. One hop with an empty value, reasoning ``direct``, scope ``point``, target
+    ``value``. Their step stops with an error when this plan fails validation (a three-part
+    property from the failed reply); here that property is dropped for the keyword rules' one.
+    """
+    entity = next((w for w in _CODE_NAME.findall(question) if w.lower() not in _CODE_QUESTION_INITIALS), "user")
+
+    def build(prop: str) -> Plan:
+        req = {"entity": entity, "entity_type": "person", "broad_property": prop, "property_text": prop,
+               "value": "", "role": "answer_property"}
+        return normalize_plan({
+            "answer_target": {"type": "value", "description": "fallback: answer from the retrieved evidence"},
+            "reasoning_type": "direct", "retrieval_scope": "point", "required_properties": [req],
+            "hops": [{"hop_id": "h1", "purpose": "fallback: the question's entity and a broad property",
+                      "anchor": {"entity": entity, "entity_type": "person", "property": prop, "value": ""},
+                      "depends_on": [], "bridge_request": ""}]}, validation)
+
+    try:
+        return build(code_fallback_property(question, raw))
+    except PlanError:
+        return build(code_fallback_property(question))
+
+
+def repair_messages(question: Question, error: str, proposal: str, vocab_text: str, granularity: str,
+                    repair: str = "harness") -> list[dict[str, str]]:
+    """The repair call after an invalid plan: the harness's short request, or (``code``) the authors'
+    (question, error, invalid plan, reminder list, vocabulary, granularity block)."""
+    if repair == "code":
+        user = fill_granular(CODE_REPAIR_IDS[1], granularity, question=question.question, error=error,
+                             proposal=proposal, index_property_vocabulary=vocab_text)
+        return [{"role": "system", "content": prompts.load(CODE_REPAIR_IDS[0])}, {"role": "user", "content": user}]
+    user = prompts.fill("plan_repair_user", error=error, question=question.question, proposal=proposal)
+    return [{"role": "system", "content": prompts.load("plan_repair_system")}, {"role": "user", "content": user}]
+
+
 def plan_question(client: LLMClient, question: Question, vocabulary: dict[str, int], *,
                   granularity: str, vocabulary_max: Optional[int] = None,
                   vocabulary_tokens: Optional[int] = None, prompt_set: str = prompts.PAPER,
-                  validation: str = "schema", audit: bool = False) -> PlanRow:
+                  validation: str = "schema", audit: bool = False, repair: str = "harness",
+                  fallback: str = "harness") -> PlanRow:
     if validation not in VALIDATIONS:
         raise ValueError(f"plan.validation must be one of {VALIDATIONS}, got {validation!r}")
+    if repair not in REPAIRS or fallback not in FALLBACKS:
+        raise ValueError(f"plan.repair and plan.fallback must be one of {REPAIRS}, got {repair!r}, {fallback!r}")
     vocab_text, shown = vocabulary_text(vocabulary, vocabulary_max, vocabulary_tokens)
     row = PlanRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
                   plan=fallback_plan(question.question), vocabulary_size=shown,
                   vocabulary_total=len(vocabulary), vocabulary_left_out=len(vocabulary) - shown)
+    last: dict[str, Any] = {}  # the last reply that parsed as JSON: the authors' fallback reads it
 
-    def repair(error: str, text: str) -> list[dict[str, str]]:
-        user = prompts.fill("plan_repair_user", error=error, question=question.question, proposal=text)
-        return [{"role": "system", "content": prompts.load("plan_repair_system")},
-                {"role": "user", "content": user}]
+    def parse(text: str) -> Plan:
+        obj = parse_json_object(text)
+        last["raw"] = obj
+        return normalize_plan(obj, validation)
 
+    repair_id = CODE_REPAIR_IDS[1] if repair == "code" else "plan_repair_user"
     try:
         row.plan, row.repaired = complete_with_repair(
-            client, "plan", plan_messages(question, vocab_text, granularity, prompt_set),
-            lambda text: normalize_plan(parse_json_object(text), validation), repair,
-            (prompts.pick("plan_user", prompt_set), "plan_repair_user"), row.llm_calls)
+            client, "plan", plan_messages(question, vocab_text, granularity, prompt_set), parse,
+            lambda error, text: repair_messages(question, error, text, vocab_text, granularity, repair),
+            (prompts.pick("plan_user", prompt_set), repair_id), row.llm_calls)
     except (ValueError, LLMCallError) as exc:
         row.repaired = len(row.llm_calls) > 1
         row.fallback_used, row.error = True, fallback_error(exc)
-        row.plan = fallback_plan(question.question)
+        row.plan = (code_fallback_plan(question.question, last.get("raw"), validation) if fallback == "code"
+                    else fallback_plan(question.question))
         return row  # the authors audit only a plan the model made
     if audit:
         row.plan, row.audit = audit_plan(client, question, vocab_text, granularity, row.plan, validation,

@@ -26,7 +26,10 @@ default. Two defaults are harness choices, not the authors' retrieval: the fuzzy
 and the first-person anchor rewrite (I / my / the user -> the memory's user), which in the authors'
 code is a planner rule, not a retrieval step. ``retrieve.field_scores: code`` scores fields as their
 code (max of cosine and Jaccard, ties by episode id) and ``retrieve.block_empty_bridge`` blocks a
-hop whose bridge resolved to nothing, as they do.
+hop whose bridge resolved to nothing: by default any such placeholder blocks (the harness's rule,
+stricter than theirs); ``retrieve.block_rule: code`` blocks only as they do (entity or property
+empty after substitution, or a field still starting with ``$``). ``retrieve.lexical_aliases`` adds
+their generic alias and term sets to the lexical guard and the question-term ranking.
 """
 from __future__ import annotations
 
@@ -45,7 +48,15 @@ from common.core.text import content_tokens, norm, normprop, tokens
 from common.core.tokens import count_tokens
 from common.method.bridge import ANCHOR_FIELDS, PLACEHOLDER, Resolver, resolve_anchor
 from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
-from common.method.lexical import EpisodeText, hop_terms, lexical_guard, rank_episodes_for_answer, squash
+from common.method.lexical import (
+    EpisodeText,
+    TermTables,
+    hop_terms,
+    lexical_guard,
+    load_term_tables,
+    rank_episodes_for_answer,
+    squash,
+)
 from common.method.render import MemoryView, render_buffer, render_turn
 
 FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "condition_value")
@@ -120,6 +131,8 @@ class Retriever:
         self._episode_tokens: dict[int, int] = {}
         self._docs: Optional[list[EpisodeText]] = None
         self._postings: dict[str, frozenset[int]] = {}  # lexical guard: episodes holding each term
+        # retrieve.lexical_aliases: the authors' generic alias and term sets (lexical.TermTables)
+        self.terms: Optional[TermTables] = load_term_tables() if cfg.lexical_aliases else None
         self._small_fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ structured route
@@ -304,7 +317,8 @@ class Retriever:
     def rank_for_answer(self, question: str, positions: list[int]) -> list[int]:
         """``positions`` re-ordered by question-term score (``lexical.rank_episodes_for_answer``)."""
         docs = self.docs()
-        order = rank_episodes_for_answer(question, [docs[p].text for p in positions], squashed=True)
+        order = rank_episodes_for_answer(question, [docs[p].text for p in positions], squashed=True,
+                                         tables=self.terms)
         return [positions[i] for i in order]
 
     def guard_fallback(self, question: str, anchor: Anchor, budget: ScopeBudget,
@@ -316,8 +330,9 @@ class Retriever:
         retrieval does this for a hop without structured matches).
         """
         lex = [Hit(p, h, "lexical") for p, h in lexical_guard(
-            self.docs(), hop_terms(question, anchor.value), anchor.entity,
-            anchor.condition_property, anchor.condition_value, self._postings)]
+            self.docs(), hop_terms(question, anchor.value, anchor.property, self.terms), anchor.entity,
+            anchor.condition_property, anchor.condition_value, self._postings,
+            self.terms.word_forms if self.terms else None)]
         lines = [question] + [f"{f}: {getattr(anchor, f)}" for f in FIELDS if f != "entity_type" and getattr(anchor, f)]
         den = self.dense("\n".join(lines), budget.dense_k)
         merged: dict[int, Hit] = {}
@@ -407,14 +422,15 @@ class Retriever:
         bridges: list[Bridge] = []
         calls: list[dict[str, Any]] = []
         in_resolver = 0.0  # wall time inside bridge calls (may include waiting for other threads)
-        blocked: list[str] = []  # hops whose bridge resolved to nothing (retrieve.block_empty_bridge)
+        blocked: list[str] = []  # hops blocked for a missing bridge (retrieve.block_empty_bridge, block_rule)
         if cfg.mode == "dense_only":
             self._dense_only(question, plan, selected)
         else:
             values: dict[str, str] = {}
             for hop in plan.hops:  # plan order: a hop only depends on earlier hops (05 validates)
                 anchor = anchors[hop.hop_id] = self.normalize_anchor(resolve_anchor(hop.anchor, values))
-                if cfg.block_empty_bridge and resolve is not None and missing_bridge(hop.anchor, values):
+                if cfg.block_empty_bridge and resolve is not None and blocked_hop(hop.anchor, anchor, values,
+                                                                                  cfg.block_rule):
                     # The authors' status blocked_missing_bridge: no episodes, and no bridge of its own.
                     blocked.append(hop.hop_id)
                     coverage[hop.hop_id] = False
@@ -554,6 +570,20 @@ def missing_bridge(anchor: Anchor, values: dict[str, str]) -> bool:
     """The anchor uses ``$hN.bridge`` of a hop whose bridge is empty (unresolved or not established)."""
     return any(not values.get(m.group(1), "") for f in ANCHOR_FIELDS
                for m in PLACEHOLDER.finditer(getattr(anchor, f) or ""))
+
+
+def blocked_hop(planned: Anchor, resolved: Anchor, values: dict[str, str], rule: str = "empty_bridge") -> bool:
+    """Whether a hop is blocked (``retrieve.block_empty_bridge``) under ``retrieve.block_rule``.
+
+    empty_bridge (the harness's stricter rule): any ``$hN.bridge`` of the planned anchor whose bridge
+    is empty, in whatever field. code (the authors' rule, reference_notes 3.5 step 5.1.2): the
+    resolved anchor's entity or property is empty, or one of its fields still starts with ``$``; an
+    emptied value or condition value leaves the hop searching with its other fields.
+    """
+    if rule == "code":
+        return (not resolved.entity or not resolved.property
+                or any((getattr(resolved, f) or "").startswith("$") for f in ANCHOR_FIELDS))
+    return missing_bridge(planned, values)
 
 
 def user_entity(view: MemoryView) -> str:

@@ -203,11 +203,13 @@ def plan(run: Run) -> None:
         run.client(("plan", "plan_audit"))  # both endpoints checked before any row
     # The code_rules switches enter the row digest only when on: paper rows keep their digests.
     switches = [s for s in (pset if pset != "paper" else "", pc.validation if pc.validation != "schema" else "",
-                            "audit" if pc.audit else "") if s]
+                            "audit" if pc.audit else "", "repair_code" if pc.repair == "code" else "",
+                            "fallback_code" if pc.fallback == "code" else "") if s]
     run_rows(run, ID["plan"], run.path("plans"), "qid", questions, lambda q: q.qid,
                lambda q: plan_mod.plan_question(run.llm, q, vocab.get(q.memory_id, {}), granularity=g,
                                                 vocabulary_max=vmax, vocabulary_tokens=vtok, prompt_set=pset,
-                                                validation=pc.validation, audit=pc.audit),
+                                                validation=pc.validation, audit=pc.audit, repair=pc.repair,
+                                                fallback=pc.fallback),
                "plan", [run.path("questions"), run.path("index")], lambda r: r["fallback_used"],
                digest_fn=lambda q: digest([q.question, q.question_date, vocab.get(q.memory_id, {})]
                                           + ([switches] if switches else [])))
@@ -371,7 +373,7 @@ def answer(run: Run) -> None:
                                    verify=ac.verify, style=style, rerank_keep_all=ac.rerank_keep_all,
                                    draft=ac.draft, verify_personal=ac.verify_personal,
                                    routes=Routes(**dataclasses.asdict(ac.routes)), draft_prompt=ac.draft_prompt,
-                                   keep_whole_point=ac.keep_whole_point)
+                                   keep_whole_point=ac.keep_whole_point, strip=ac.strip)
     extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
                                         ("answer_draft", ac.draft == "json"),
                                         ("answer_count", ac.routes.count),
@@ -388,6 +390,7 @@ def answer(run: Run) -> None:
                             "verify_short" if ac.verify and not ac.verify_personal else "",
                             "draft_lme" if ac.draft == "json" and ac.draft_prompt == "longmemeval" else "",
                             "keep_whole_point" if ac.rerank and ac.keep_whole_point else "",
+                            "raw" if not ac.strip else "",
                             json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)
                             if steps.routes != Routes() else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
