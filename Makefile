@@ -130,7 +130,7 @@ data/longmemeval_%.json:
 data-beam:  ## download a BEAM tier (SIZE=100K|500K|1M|10M) at the pinned commit into data/beam/<SIZE>/, every file checked (sha256 or git blob id)
 	@$(PY) -m common.benchmarks.beam_data --size $(or $(SIZE),100K)
 
-beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat, MEMORIES=chat ids, SET, DRY_RUN=1)
+beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K|1M|10M, RUN, LIMIT=N per chat, MEMORIES=chat ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m BEAM.01_preprocess $(BEAM_ARGS) --dry-run; \
 	else $(PY) -m common.pipeline.run_all beam $(BEAM_ARGS); fi
 
@@ -184,7 +184,7 @@ baselines-longmemeval:  ## the same baselines on LongMemEval
 ablations-beam:  ## BEAM ablations (SUBSET=<file> or all)
 	$(PY) -m BEAM.10_ablations $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
 
-baselines-beam:  ## the same baselines on BEAM (SIZE=100K|500K)
+baselines-beam:  ## the same baselines on BEAM (SIZE=100K|500K|1M|10M)
 	$(PY) -m common.pipeline.runner baselines --benchmark beam $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
 
 tables:  ## paper Tables 1,2,3,4,10 and the systems table -> results/tables/ (md, csv, tex, sources.json); no LLM call

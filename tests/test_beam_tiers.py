@@ -1,0 +1,71 @@
+"""BEAM's big tiers: a 1M-shaped tier folder (real 100K chats under the 1M tier's name and file-list
+format, chat files listed by git blob id) checked as official and run 01-09 through the fake server."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from common.benchmarks import beam, beam_data, checksums
+from common.core.config import load_config
+from tests.conftest import fake_vectors, rows, run_overrides, run_stages
+from tests.conftest import STAGE_ORDER as ORDER
+from tests.test_beam import TIER, tiny_tier
+
+pytestmark = pytest.mark.skipif(not TIER.exists(), reason=f"shared BEAM data not at {TIER}")
+
+
+def one_m_tier(root: Path, monkeypatch: pytest.MonkeyPatch, chats: tuple[str, ...] = ("1",)) -> Path:
+    """Real 100K chats (shortened) in a folder named 1M, and a digest list in the 1M file's format
+    (each chat file by its git blob id, each question file by its sha256) that the check reads."""
+    folder = tiny_tier(root, chats=chats, groups=1).rename(root / "1M")
+    lines = ["# a 1M-shaped list: chat files by git blob id, question files by sha256"]
+    for d in beam.chat_dirs(folder):
+        chat = beam.chat_file(d)
+        data = chat.read_bytes()
+        blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        lines.append(f"{blob}  1M/{d.name}/{chat.name}")
+        sha = hashlib.sha256((d / beam.QUESTIONS_FILE).read_bytes()).hexdigest()
+        lines.append(f"{sha}  1M/{d.name}/{beam.QUESTIONS_FILE.as_posix()}")
+    sums = root / "sums"
+    sums.mkdir()
+    (sums / "1M.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(beam_data, "SUMS_DIR", str(sums))
+    return folder
+
+
+def test_a_1m_tier_listed_by_git_blob_id_is_the_official_release_and_a_changed_chat_is_not(tmp_path, monkeypatch):
+    folder = one_m_tier(tmp_path, monkeypatch, chats=("1", "2"))
+    expected = beam.official_files("1M")
+    assert sorted(len(d) for d in expected.values()) == [40, 40, 64, 64]
+    read = [f.relative_to(folder).as_posix() for f in beam.data_files(folder)]
+    got = checksums.check(expected, folder, folder=True, read=read)
+    assert got["status"] == "official", got.get("warning")
+    chat = beam.chat_file(folder / "2")
+    chat.write_bytes(chat.read_bytes().replace(b"}", b" }", 1))
+    got = checksums.check(expected, folder, folder=True, read=read)
+    assert got["status"] == "modified"
+    assert f"2/{chat.name} git blob id" in got["warning"] and "differs from the official release's" in got["warning"]
+
+
+def test_data_tier_accepts_every_tier_make_data_beam_downloads():
+    for size in beam_data.TIERS:
+        assert load_config(["configs/beam.yaml"], [f"data.tier={size}"]).data.tier == size
+    with pytest.raises(Exception, match="data.tier"):
+        load_config(["configs/beam.yaml"], ["data.tier=2M"])
+
+
+def test_beam_1m_runs_01_to_09_through_the_fake_server_and_is_official(tmp_path, fake_server, monkeypatch):
+    """What ``make beam SIZE=1M`` runs (data.tier=1M), on a 1M-shaped folder: memories named by the
+    tier, every stage's artifact, and metrics.json says the dataset is the official release."""
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    folder = one_m_tier(tmp_path, monkeypatch)
+    sets = run_overrides(tmp_path, folder, **fake_vectors(fake_server.base_url),
+                         **{"data.tier": "1M", "data.question_limit": 2})
+    run = run_stages("configs/beam.yaml", sets, ORDER)
+    answers = rows(run.path("answers"))
+    assert [a["qid"] for a in answers] == ["beam-1M-1:q1", "beam-1M-1:q2"]
+    metrics = json.loads((run.dir / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["dataset"]["status"] == "official", metrics["dataset"].get("warning")
