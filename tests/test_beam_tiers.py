@@ -5,14 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from common.benchmarks import beam, beam_data, checksums
+from common.core import embeddings as emb
 from common.core.config import load_config
+from common.method.index import EMBEDDED_FIELDS, build_index
 from tests.conftest import fake_vectors, rows, run_overrides, run_stages
 from tests.conftest import STAGE_ORDER as ORDER
 from tests.test_beam import TIER, tiny_tier
+from tests.test_retrieve import EPISODES, RECORDS, VIEW
+from tests.test_tokens_embeddings import CountingBackend
 
 pytestmark = pytest.mark.skipif(not TIER.exists(), reason=f"shared BEAM data not at {TIER}")
 
@@ -69,3 +75,43 @@ def test_beam_1m_runs_01_to_09_through_the_fake_server_and_is_official(tmp_path,
     assert [a["qid"] for a in answers] == ["beam-1M-1:q1", "beam-1M-1:q2"]
     metrics = json.loads((run.dir / "metrics.json").read_text(encoding="utf-8"))
     assert metrics["dataset"]["status"] == "official", metrics["dataset"].get("warning")
+
+
+# ----------------------------------------------------------------------------- bounded index build
+class WideBackend(CountingBackend):
+    """Wide vectors, so that the index's arrays (not Python objects) dominate its memory."""
+
+    model_id = "fake:wide"
+    dim = 4096
+
+
+def _index_peak(encode_chunk: int) -> tuple[int, Any, int]:
+    """The index build's traced peak (bytes above the start), the index, and its output bytes."""
+    import tracemalloc
+
+    backend = WideBackend()
+    embedder = emb.Embedder(backend, cache_path="")  # no cache: only the build's own arrays
+    tracemalloc.start()
+    try:
+        idx = build_index(VIEW, EPISODES, RECORDS, embedder, encode_chunk=encode_chunk)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    out = idx.chunk_vecs.nbytes + sum(v.nbytes for v in idx.field_vecs.values())
+    return peak, (idx, backend), out
+
+
+def test_index_build_streams_slices_and_holds_the_output_plus_one_slice_not_the_matrix_twice():
+    whole_peak, (whole, _), out = _index_peak(encode_chunk=10**6)
+    peak, (streamed, backend), _ = _index_peak(encode_chunk=4)
+    slice_bytes = 4 * WideBackend.dim * 4  # 4 float32 rows, plus the embedder's copies of them
+    assert len(backend.calls) > 5 and max(len(c) for c in backend.calls) <= 4
+    # The same vectors, float32, row for row, whatever the slicing.
+    assert streamed.chunk_vecs.dtype == np.float32
+    np.testing.assert_array_equal(whole.chunk_vecs, streamed.chunk_vecs)
+    for f in EMBEDDED_FIELDS:
+        np.testing.assert_array_equal(whole.field_vecs[f], streamed.field_vecs[f])
+    # Streamed: the output once plus a few copies of one slice. In one slice the embedder's and the
+    # builder's copies of the whole matrix are alive together (at least twice the output).
+    assert peak < out + 8 * slice_bytes + 64 * 1024, (peak, out)
+    assert whole_peak > 2 * out
