@@ -63,7 +63,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres cache-merge
+        baselines-beam test-slow postgres cache-merge bench-beam-10m
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -269,6 +269,9 @@ bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (
 
 bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/scale_$(PRESET).{json,md} (PRESET=s|m, LIMIT=N questions, BENCH_ARGS="--latency 0.2 --pool 2000")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(BENCH_ARGS)
+
+bench-beam-10m:  ## a 10M-token BEAM chat generated from the real 100K chats through stages 01-06: per-stage CPU s and peak RSS -> results/bench/beam_10M.{json,md} (BENCH_ARGS="--tokens N --embedding model")
+	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_scale --tokens 10000000 $(BENCH_ARGS)
 
 bench-beam-index:  ## the index build over BEAM's 500K tier (35 chats) from the pinned repository: CPU s, texts/s, peak RSS -> results/bench/beam_index_500K.{json,md} (BENCH_ARGS="--chats 1")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_index $(BENCH_ARGS)

@@ -14,8 +14,8 @@ from common.benchmarks import beam, beam_data, checksums
 from common.core import embeddings as emb
 from common.core.config import load_config
 from common.method.index import EMBEDDED_FIELDS, build_index
-from tests.conftest import fake_vectors, rows, run_overrides, run_stages
 from tests.conftest import STAGE_ORDER as ORDER
+from tests.conftest import fake_vectors, rows, run_overrides, run_stages
 from tests.test_beam import TIER, tiny_tier
 from tests.test_retrieve import EPISODES, RECORDS, VIEW
 from tests.test_tokens_embeddings import CountingBackend
@@ -115,3 +115,41 @@ def test_index_build_streams_slices_and_holds_the_output_plus_one_slice_not_the_
     # builder's copies of the whole matrix are alive together (at least twice the output).
     assert peak < out + 8 * slice_bytes + 64 * 1024, (peak, out)
     assert whole_peak > 2 * out
+
+
+# ----------------------------------------------------------------------------- the generated big chat
+def test_generated_chat_reaches_its_tokens_from_real_batches_with_distinct_texts_and_loads(tmp_path):
+    from bench import beam_scale
+    from common.core.tokens import count_tokens
+
+    source = beam_scale._source_batches(TIER)
+    tokens = 30_000
+    gen = beam_scale.generate(TIER, tmp_path / "10M", tokens)
+    chat = json.loads(Path(gen["path"]).read_text(encoding="utf-8"))
+    assert gen["batches"] == len(chat) and [b["batch_number"] for b in chat] == list(range(1, len(chat) + 1))
+    texts = [m["content"] for b in chat for g in b["turns"] for m in g]
+    assert sum(count_tokens(t) for t in texts) >= tokens  # the target reached, with whole batches
+    assert sum(count_tokens(m["content"]) for b in chat[:-1] for g in b["turns"] for m in g) < tokens
+    assert chat[0]["turns"][0][0]["content"] == source[0]["turns"][0][0]["content"]  # real messages
+    ids = [m["id"] for b in chat for g in b["turns"] for m in g]
+    assert ids == list(range(len(ids)))  # renumbered over the whole chat
+    data = beam.load_beam(tmp_path / "10M")
+    assert data.memory_ids == ["beam-10M-1"] and len(data.questions) == 20
+    # A second pass marks its messages: no text repeats, so the embedding cache saves nothing.
+    one_pass = sum(count_tokens(m["content"]) for b in source[:2] for g in b["turns"] for m in g)
+    small = [source[0], source[1]]
+    again = list(beam_scale._batches(small, 2 * one_pass + 1))
+    repeated = [m["content"] for b in again for g in b["turns"] for m in g]
+    assert len(again) > 2 and len(set(repeated)) == len(repeated)
+    assert repeated[-1].endswith(" [pass 2]") or repeated[-1].endswith(" [pass 3]")
+
+
+def test_bench_beam_10m_is_a_make_target():
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = subprocess.run(["make", "-n", "bench-beam-10m", f"PY={sys.executable}"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and "-m bench.beam_scale --tokens 10000000" in out.stdout
