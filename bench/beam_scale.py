@@ -32,7 +32,7 @@ from bench.machine import load_average, machine_info
 from bench.pipeline import BenchError, PipelineRun, StageResult, bench_overrides, run_stages
 from common.benchmarks import beam
 from common.core.config import resolve_path
-from common.method.index import ENCODE_CHUNK
+from common.method.index import EMBEDDED_FIELDS, ENCODE_CHUNK
 
 CONFIG = "configs/beam.yaml"
 STAGES = ("01_preprocess", "02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve")
@@ -121,6 +121,12 @@ def overrides(work: Path, name: str, data: Path, base_url: str, opts: argparse.N
     return sets + list(opts.sets)
 
 
+def index_rows(chunks: int, records: int) -> int:
+    """Rows of the index's float32 output: one per chunk and one per record and embedded field
+    (a zero row for an empty field)."""
+    return chunks + len(EMBEDDED_FIELDS) * records
+
+
 def stage_row(r: StageResult) -> dict[str, Any]:
     emb = r.manifest.get("embedding") or {}
     return {"stage": r.stage, "wall_seconds": r.process.wall_seconds,
@@ -150,10 +156,13 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
     rows = [stage_row(r) for r in results]
     index = next((r for r in rows if r["stage"] == "04_index"), {})
     texts = index.get("texts_embedded") or 0
+    built = json.loads((pr.run_dir / "04_index.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    vectors = index_rows(built["chunks"], built["records"])
     return {"benchmark": f"BEAM generated {label}-token chat, stages 01-06", "size": label, "chat": gen,
             "questions": opts.questions, "latency": opts.latency, "concurrency": opts.concurrency,
             "embedding": opts.embedding, "stages": rows, "index_texts": texts,
-            "index_bytes_at_384d": texts * MODEL_DIM * 4,
+            "index": {k: built[k] for k in ("episodes", "records", "chunks")}, "index_vectors": vectors,
+            "index_bytes_at_384d": vectors * MODEL_DIM * 4,
             "cpu_seconds": round(sum(r["cpu_seconds"] for r in rows), 1),
             "peak_rss_bytes": max(r["peak_rss_bytes"] for r in rows),
             "wall_seconds": round(time.perf_counter() - t0, 1), "load_average_before": load0,
@@ -174,10 +183,11 @@ def render(r: dict[str, Any]) -> str:
         texts = s["texts_embedded"] if s["texts_embedded"] is not None else ""
         lines.append(f"| {s['stage']} | {s['wall_seconds']} | {s['cpu_seconds']} | {s['peak_rss_bytes'] / 2**20:.0f} "
                      f"| {s['calls']} | {s['rows']} | {texts} |")
-    mib = r["index_bytes_at_384d"] / 2**20
-    lines += ["", f"Stage 04 embedded {r['index_texts']:,} texts: {mib:.0f} MiB of float32 "
-                  f"vectors at the model's {MODEL_DIM} dimensions (an upper bound on the output matrix; the "
-                  f"index holds it once plus one slice of {ENCODE_CHUNK:,} texts).",
+    mib, ix = r["index_bytes_at_384d"] / 2**20, r["index"]
+    lines += ["", f"Index: {ix['episodes']:,} episodes, {ix['chunks']:,} chunks, {ix['records']:,} records; stage 04 "
+                  f"embedded {r['index_texts']:,} distinct texts. Its output is {r['index_vectors']:,} float32 rows "
+                  f"(chunks + {len(EMBEDDED_FIELDS)} fields per record): {mib:.0f} MiB at the model's {MODEL_DIM} "
+                  f"dimensions, held once plus one slice of {ENCODE_CHUNK:,} texts.",
               "", f"Total CPU {r['cpu_seconds']} s, peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB, wall "
                   f"{r['wall_seconds']} s; load average before {r['load_average_before']}, after "
                   f"{r['load_average_after']}; {r['machine'].get('cpu_count', '?')} CPUs.", "",
