@@ -63,6 +63,7 @@ def test_data_tier_accepts_every_tier_make_data_beam_downloads():
         load_config(["configs/beam.yaml"], ["data.tier=2M"])
 
 
+@pytest.mark.slow  # an end-to-end run: about 4 s once the stages' imports are warm
 def test_beam_1m_runs_01_to_09_through_the_fake_server_and_is_official(tmp_path, fake_server, monkeypatch):
     """What ``make beam SIZE=1M`` runs (data.tier=1M), on a 1M-shaped folder: memories named by the
     tier, every stage's artifact, and metrics.json says the dataset is the official release."""
