@@ -73,7 +73,7 @@ def check(expected: Official, path: Optional[Path], sha256: Optional[str] = None
         parts += [f"{len(extra) - SHOWN} more files are not in it"] if len(extra) > SHOWN else []
         if missing:  # a part of the release (fewer chats): counted, the first named
             parts.append(f"{len(missing)} of the official release's {len(files)} files missing (first: "
-                         f"{missing[0]}, sha256 {files[missing[0]]})")
+                         f"{missing[0]}, {digest_kind(files[missing[0]])} {files[missing[0]]})")
         return out | {"status": "modified", "warning": "MODIFIED DATASET: " + "; ".join(parts)}
     if sha256 is None:
         sha256 = sha256_file(path) if path is not None and path.is_file() else None
