@@ -65,7 +65,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres cache-merge
+        baselines-beam test-slow postgres cache-merge bench-beam-10m
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -134,7 +134,7 @@ data/longmemeval_%.json:
 data-beam:  ## download a BEAM tier (SIZE=100K|500K|1M|10M) at the pinned commit into data/beam/<SIZE>/, every file checked (sha256 or git blob id)
 	@$(PY) -m common.benchmarks.beam_data --size $(or $(SIZE),100K)
 
-beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K, RUN, LIMIT=N per chat across abilities, MEMORIES=chat ids, SET, DRY_RUN=1)
+beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K|1M|10M, RUN, LIMIT=N per chat across abilities, MEMORIES=chat ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m BEAM.01_preprocess $(BEAM_ARGS) --dry-run; \
 	else $(PY) -m common.pipeline.run_all beam $(BEAM_ARGS); fi
 
@@ -188,7 +188,7 @@ baselines-longmemeval:  ## the same baselines on LongMemEval
 ablations-beam:  ## BEAM ablations (SUBSET=<file> or all)
 	$(PY) -m BEAM.10_ablations $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
 
-baselines-beam:  ## the same baselines on BEAM (SIZE=100K|500K)
+baselines-beam:  ## the same baselines on BEAM (SIZE=100K|500K|1M|10M)
 	$(PY) -m common.pipeline.runner baselines --benchmark beam $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
 
 tables:  ## paper Tables 1,2,3,4,10 and the systems table from the runs that exist [RUN=main run] -> results/tables/ (md, csv, tex, sources.json); no LLM call
@@ -274,6 +274,9 @@ bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (
 
 bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/scale_$(PRESET).{json,md} (PRESET=s|m, LIMIT=N questions, BENCH_ARGS="--latency 0.2 --pool 2000")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(BENCH_ARGS)
+
+bench-beam-10m:  ## a 10M-token BEAM chat generated from the real 100K chats through stages 01-06: per-stage CPU s and peak RSS -> results/bench/beam_10M.{json,md} (BENCH_ARGS="--tokens N --embedding model")
+	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_scale --tokens 10000000 $(BENCH_ARGS)
 
 bench-beam-index:  ## the index build over BEAM's 500K tier (35 chats) from the pinned repository: CPU s, texts/s, peak RSS -> results/bench/beam_index_500K.{json,md} (BENCH_ARGS="--chats 1")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_index $(BENCH_ARGS)

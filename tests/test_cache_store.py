@@ -174,3 +174,50 @@ def test_cache_merge_refuses_a_password_in_one_line(tmp_path, capsys):
     out = capsys.readouterr()
     assert out.err.count("\n") == 1 and out.err.startswith("cache-merge: TO: the URL holds a password")
     assert SECRET not in out.err + out.out
+
+
+# --------------------------------------------------------------------------- writes under concurrency
+def test_threads_of_one_process_never_wait_in_sqlites_busy_handler(tmp_path, monkeypatch):
+    """A stage writes one cache row per answered call from 16 threads. Writers that meet a locked
+    file sleep in sqlite's busy handler in 1-100 ms steps; they must queue on the process's own
+    lock instead. With no busy wait allowed at all (timeout 0), concurrent writers then never see
+    "database is locked"."""
+    import threading
+
+    from common.core import sqlitedb
+
+    real = sqlitedb.connect
+    monkeypatch.setattr(sqlitedb, "connect", lambda path, *, timeout=60.0, autocommit=False:
+                        real(path, timeout=0.0, autocommit=autocommit))
+    cache = ResponseCache(str(tmp_path / "llm.sqlite"))
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def write(t: int) -> None:
+        start.wait()
+        for i in range(40):
+            try:
+                cache.put(f"k{t}-{i}", {"n": i}, "reply " * 50, {"prompt_tokens": i}, 0.1)
+            except sqlite3.OperationalError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, f"{len(errors)} writes met a locked file: {errors[0]}"
+    assert cache._table is not None and cache._table.count() == 8 * 40
+
+
+def test_the_llm_cache_commits_without_waiting_for_an_fsync(tmp_path):
+    """synchronous=NORMAL, as the embedding cache: in WAL mode a commit is not an fsync (a row
+    per answered call made the fsyncs the stages' bound); the rows are still there after a close."""
+    path = tmp_path / "llm.sqlite"
+    cache = ResponseCache(str(path))
+    cache.put("k", {}, "r", {}, 0.0)
+    con = cache._conn()
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL (FULL is 2)
+    cache.close()
+    assert ResponseCache(str(path)).get("k") == ("r", {}, 0.0)

@@ -63,9 +63,9 @@ ABSTENTION = "abstention"
 ANSWER_KEYS: tuple[str, ...] = ("answer", "ideal_response", "ideal_answer", "ideal_summary", "expected_compliance")
 ROLES: tuple[str, ...] = ("user", "assistant")
 SPEAKERS: list[str] = ["user", "assistant"]
-# The tiers a run reads (data.tier). make data-beam also downloads 1M and 10M, but their largest
-# chat files are listed by git blob id, not the sha256 the dataset check compares (checksums.py).
-TIERS: tuple[str, ...] = ("100K", "500K")
+# The tiers a run reads (data.tier): every tier make data-beam downloads. The 1M and 10M lists name
+# their largest chat files by git blob id, which the dataset check compares as such (checksums.py).
+TIERS: tuple[str, ...] = beam_data.TIERS
 CHAT_FILES: tuple[str, ...] = ("chat_trunecated.json", "chat.json")  # the official runner's preference
 QUESTIONS_FILE = Path("probing_questions") / "probing_questions.json"
 _CHAT_DIR = re.compile(r"^\d+$")
@@ -96,7 +96,8 @@ def data_files(root: Path) -> list[Path]:
 
 
 def official_files(tier: str) -> dict[str, str]:
-    """File (relative to the tier folder) -> sha256 of the official release of ``tier``: the list
+    """File (relative to the tier folder) -> digest (sha256, or git blob id where the list has one) of
+    the official release of ``tier``: the list
     ``make data-beam`` checks its downloads against (``configs/beam_sha256/<tier>.txt``)."""
     return {rel.removeprefix(f"{tier}/"): sha for sha, rel in beam_data.checksums(tier)}
 

@@ -106,7 +106,7 @@ class DataConfig:
     # ../shared/data/locomo-audit/errors.json; None: the audited-key rows say "not configured".
     errata: Optional[str] = None
     # BEAM: the tier folder read when neither data.path nor $BEAM_DIR is set (data/beam/<tier>).
-    tier: Literal["100K", "500K"] = "100K"
+    tier: Literal["100K", "500K", "1M", "10M"] = "100K"
     # A bundled sample that is no benchmark release (the demo's synthetic conversation): its name.
     # Recorded as such in metrics.json instead of being compared with the official release.
     sample: Optional[str] = None

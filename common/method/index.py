@@ -114,26 +114,36 @@ class MemoryIndex:
         )
 
 
-def _encode_all(embedder: Any, groups: list[list[str]]) -> list[np.ndarray]:
-    """Vectors of every group of texts from ONE encode call (empty texts: zero rows, never match).
+# Texts per encode call of an index build. A memory with more texts (a BEAM 10M chat: tens of
+# thousands of chunks and record fields) is encoded in slices of this many, each slice's vectors
+# written straight into the preallocated float32 output, so the build holds the output plus one
+# slice, never the whole memory's matrix twice (the embedder's own copies are per slice). Every
+# LoCoMo, LongMemEval and BEAM 100K-1M memory fits in one slice: one call, as before.
+ENCODE_CHUNK = 16384
+
+
+def _encode_all(embedder: Any, groups: list[list[str]], chunk: int = ENCODE_CHUNK) -> list[np.ndarray]:
+    """Vectors of every group of texts (empty texts: zero rows, never match), encoded in calls of
+    at most ``chunk`` texts (one call for any memory up to that size).
 
     Chunks and the four record fields of a memory go to the model together: each distinct text
-    is embedded once whatever field or chunk it occurs in, the cache is read once, and the
-    model gets one long list to batch by length instead of five short ones. The model is only
-    loaded when some text is missing from the cache: its dimension comes from the vectors.
+    is embedded once whatever field or chunk it occurs in (across slices through the embedding
+    cache), the cache is read once per slice, and the model gets one long list to batch by length
+    instead of five short ones. The model is only loaded when some text is missing from the
+    cache: its dimension comes from the first slice's vectors.
     """
-    flat = [t for g in groups for t in g if t]
-    vecs = embedder.encode(flat) if flat else None
-    dim = int(vecs.shape[1]) if vecs is not None else embedder.dim
-    out, k = [], 0
-    for g in groups:
-        block = np.zeros((len(g), dim), dtype=np.float32)
-        for i, t in enumerate(g):
-            if t:
-                assert vecs is not None
-                block[i] = vecs[k]
-                k += 1
-        out.append(block)
+    where = [(g, i) for g, texts in enumerate(groups) for i, t in enumerate(texts) if t]
+    if not where:
+        return [np.zeros((len(g), embedder.dim), dtype=np.float32) for g in groups]
+    out: list[np.ndarray] = []
+    for start in range(0, len(where), chunk):
+        part = where[start:start + chunk]
+        vecs = embedder.encode([groups[g][i] for g, i in part])
+        if not out:  # the output, allocated once at its final size
+            out = [np.zeros((len(g), int(vecs.shape[1])), dtype=np.float32) for g in groups]
+        for (g, i), row in zip(part, vecs):
+            out[g][i] = row
+        del vecs
     return out
 
 
@@ -154,12 +164,13 @@ def index_texts(view: MemoryView, episodes: list[Episode], records: list[Record]
 
 
 def build_index(view: MemoryView, episodes: list[Episode], records: list[Record], embedder: Any,
-                chunk_turns: int = 4, chunk_stride: int = 3, include_images: bool = True) -> MemoryIndex:
+                chunk_turns: int = 4, chunk_stride: int = 3, include_images: bool = True,
+                encode_chunk: int = ENCODE_CHUNK) -> MemoryIndex:
     episodes, chunk_texts, chunk_episode, fields = index_texts(view, episodes, records, chunk_turns,
                                                                chunk_stride, include_images)
     vocab = Counter(r.property for r in records)
     doc_tokens = [tokens(view.episode_text(e, include_images)) for e in episodes]
-    chunk_vecs, *field_blocks = _encode_all(embedder, [chunk_texts, *fields.values()])
+    chunk_vecs, *field_blocks = _encode_all(embedder, [chunk_texts, *fields.values()], encode_chunk)
     return MemoryIndex(
         memory_id=view.memory_id, episodes=episodes, records=records,
         vocabulary=dict(sorted(vocab.items(), key=lambda kv: (-kv[1], kv[0]))),
