@@ -77,7 +77,10 @@ def test_beam_1m_runs_01_to_09_through_the_fake_server_and_is_official(tmp_path,
                          **{"data.tier": "1M", "data.question_limit": 2})
     run = run_stages("configs/beam.yaml", sets, ORDER)
     answers = rows(run.path("answers"))
-    assert [a["qid"] for a in answers] == ["beam-1M-1:q1", "beam-1M-1:q2"]
+    # LIMIT draws its questions across abilities (seeded): the ones 01 selected, each answered once.
+    selected = [q["qid"] for q in rows(run.path("questions"))]
+    assert len(selected) == 2 and all(q.startswith("beam-1M-1:q") for q in selected)
+    assert [a["qid"] for a in answers] == selected
     metrics = json.loads((run.dir / "metrics.json").read_text(encoding="utf-8"))
     assert metrics["dataset"]["status"] == "official", metrics["dataset"].get("warning")
 
