@@ -49,7 +49,8 @@ endif
 export HARNESS_INVOCATION
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
-       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s))
+       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) \
+       $(if $(EXECUTOR),--set run.executor=$(EXECUTOR))
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 BEAM_ARGS = $(subst --config $(CONFIG),--config $(BEAM_CONFIG),$(ARGS)) $(if $(SIZE),--set data.tier=$(SIZE))
 # The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
@@ -69,6 +70,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: LIMIT             the first N questions of each memory (LoCoMo: per conversation)
 #: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
 #: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
+#: EXECUTOR          local (default) or ray: stages 02-07 as one Ray task per memory (RAY_ADDRESS: the cluster)
 #: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
 #: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
@@ -163,7 +165,7 @@ judge2-longmemeval:  ## second judge (Qwen3-32B) on the same LongMemEval answers
 
 # Ablations and baselines: every run named in configs/experiments.yaml (one design choice each).
 EXP_ARGS = $(if $(SUBSET),--subset $(SUBSET)) $(if $(ONLY),--only $(ONLY)) $(if $(LIMIT),--limit $(LIMIT)) \
-           $(foreach s,$(SET),--set $(s))
+           $(foreach s,$(SET),--set $(s)) $(if $(EXECUTOR),--set run.executor=$(EXECUTOR))
 
 ablations:  ## LoCoMo ablations on the stored 88-question subset (SUBSET=all for all questions, ONLY=a,b)
 	$(PY) -m LoCoMo.10_ablations $(EXP_ARGS)

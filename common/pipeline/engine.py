@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from common.benchmarks.registry import adapter
 from common.core import artifacts, fingerprint, progress
@@ -62,9 +62,9 @@ class Run:
         """The shared LLM client; fails at once, in one line, when a role has no endpoint."""
         if self._client is None:
             c = self.cfg.llm
-            self._client = LLMClient(
+            self._client = self.client_class()(
                 {r: self.cfg.role(r) for r in ROLES},
-                cache=ResponseCache(str(resolve_path(c.cache_path)), c.cache_mode),
+                cache=self.response_cache(),
                 retry=RetryPolicy(c.max_attempts, c.initial_wait, c.max_wait),
                 concurrency=c.concurrency,
                 cooldown=c.endpoint_cooldown,
@@ -74,6 +74,14 @@ class Run:
             )
         self._client.check_endpoints(roles)
         return self._client
+
+    # The two seams a Ray worker's run overrides (common.pipeline.ray_executor): its cache is a
+    # shard of the run's, its endpoint pools take the cluster-wide bound.
+    def response_cache(self) -> ResponseCache:
+        return ResponseCache(str(resolve_path(self.cfg.llm.cache_path)), self.cfg.llm.cache_mode)
+
+    def client_class(self) -> type[LLMClient]:
+        return LLMClient
 
     @property
     def llm(self) -> LLMClient:
@@ -282,6 +290,10 @@ def check_endpoint(run: Run, stage: Stage) -> None:
         run.client((stage.role,))
 
 
+# The stages that work memory by memory (one Ray task per memory with ``run.executor: ray``);
+# 01 reads the whole benchmark file, 08 and 09 judge and aggregate on the driver.
+MEMORY_STAGES = ("02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve", "07_answer")
+
 # Stages that may run on an imported run: another judge over its answers, and the aggregate.
 IMPORTED_RUN_STAGES = ("judge", "aggregate")
 
@@ -298,9 +310,34 @@ def run_stage(run: Run, stage: Stage | str) -> None:
 
 
 def run_pipeline(run: Run, stages: Optional[tuple[Stage, ...]] = None) -> None:
-    """The stages of the graph in order in this process (runners, the demo)."""
-    for stage in stages or STAGES:
-        run_stage(run, stage)
+    """The stages of the graph in order in this process (runners, the demo); with
+    ``run.executor: ray`` the memory stages run as Ray tasks, one per memory."""
+    for _ in execute(run, stages or STAGES):
+        pass
+
+
+def execute(run: Run, stages: tuple[Stage, ...]) -> Iterator[Stage]:
+    """Run ``stages`` in order, yielding each stage once its artifacts and manifest are written.
+
+    With ``run.executor: ray``, each run of consecutive memory stages (02-07) is handed to
+    ``common.pipeline.ray_executor``, which runs them per memory on the cluster and writes their
+    artifacts and manifests here as this engine does; every other stage runs in this process.
+    """
+    groups: list[list[Stage]] = []
+    for node in stages:
+        memory_stage = run.cfg.run.executor == "ray" and node.id in MEMORY_STAGES
+        if memory_stage and groups and groups[-1][0].id in MEMORY_STAGES:
+            groups[-1].append(node)
+        else:
+            groups.append([node])
+    for group in groups:
+        if run.cfg.run.executor == "ray" and group[0].id in MEMORY_STAGES:
+            from common.pipeline import ray_executor  # imports ray only when asked for
+
+            yield from ray_executor.run_stages(run, tuple(group))
+        else:
+            run_stage(run, group[0])
+            yield group[0]
 
 
 def main(stage: str, benchmark: str, doc: Optional[str] = None) -> None:
@@ -318,10 +355,12 @@ def main_stages(stages: tuple[Stage, ...], benchmark: str, doc: Optional[str] = 
     cfg, args = parse(doc or "", benchmark)
     run = Run(cfg, force=args.force, progress=progress.interactive())
     whole = len(stages) > 1
+    steps = execute(run, stages)
     for i, node in enumerate(stages):
         before = invocation.snapshot(run)
         try:
-            run_stage(run, node)
+            done = next(steps)
+            assert done is node, f"{done.id} ran where {node.id} was due"
         except EndpointNotConfigured as exc:
             sys.exit(f"error: {exc}")
         except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
