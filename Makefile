@@ -61,7 +61,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres
+        baselines-beam test-slow postgres bench-ray sweep
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -260,6 +260,14 @@ bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (
 
 bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/scale_$(PRESET).{json,md} (PRESET=s|m, LIMIT=N questions, BENCH_ARGS="--latency 0.2 --pool 2000")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(BENCH_ARGS)
+
+sweep:  ## several systems x benchmarks in one command, one table at the end -> results/sweep/ (SYSTEMS=ensimem,mem0 BENCHES=locomo,beam CONFIGS=a.yaml,b.yaml EXECUTOR=ray LIMIT MEMORIES SET)
+	$(PY) -m common.pipeline.sweep --systems $(or $(SYSTEMS),ensimem) --benches $(or $(BENCHES),locomo) \
+		$(if $(CONFIGS),--configs $(CONFIGS)) --executor $(or $(EXECUTOR),local) $(if $(LIMIT),--limit $(LIMIT)) \
+		$(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) $(if $(RESULTS),--results $(RESULTS))
+
+bench-ray:  ## the Ray executor vs the local engine: overhead, throughput with K workers, stage 04 with 1 and 2 workers -> results/bench/ray.{json,md} (BENCH_ARGS="--latency 0.05 --limit 10")
+	HF_HUB_OFFLINE=1 $(PY) -m bench.ray_bench $(BENCH_ARGS)
 
 bench-beam-index:  ## the index build over BEAM's 500K tier (35 chats) from the pinned repository: CPU s, texts/s, peak RSS -> results/bench/beam_index_500K.{json,md} (BENCH_ARGS="--chats 1")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_index $(BENCH_ARGS)

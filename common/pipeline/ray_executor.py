@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -53,6 +54,7 @@ MEMORY_DIRS = ("04_index/{mid}", "06_retrieve/memory/{mid}")
 # Manifest fields the driver sets itself rather than summing the memories'.
 _OWN_FIELDS = {"stage", "finished_at", "wall_seconds", "code", "inputs", "outputs", "rows", "config", "llm"}
 _ROOT = Path(__file__).resolve().parents[2]
+FORWARDED_ENV = ("OPENAI_", "HARNESS_", "HF_", "TRANSFORMERS_")
 
 
 # ----------------------------------------------------------------------------- cluster
@@ -63,13 +65,15 @@ def connect(cfg: Config) -> Any:
     if ray.is_initialized():
         return ray
     address = os.environ.get("RAY_ADDRESS") or cfg.run.ray_address
-    # The workers import this checkout (on other nodes: the same path; docs/scale.md).
-    env = {"env_vars": {"PYTHONPATH": str(_ROOT)}}
+    # The workers import this checkout (on other nodes: the same path; docs/scale.md) and reach the
+    # endpoints as the driver does: its endpoint and key variables travel with the job (never a file).
+    forwarded = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV) or k == "OMP_NUM_THREADS"}
+    env = {"env_vars": {**forwarded, "PYTHONPATH": str(_ROOT)}}
     if address:
-        ray.init(address=address, runtime_env=env, logging_level="WARNING")
+        ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
     else:
         ray.init(num_cpus=cfg.run.ray_cpus or os.cpu_count(), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", runtime_env=env, logging_level="WARNING")
+                 _node_ip_address="127.0.0.1", runtime_env=env, logging_level=logging.WARNING)
     return ray
 
 
@@ -210,13 +214,13 @@ class WorkerRun(engine.Run):
         return self._responses
 
     def client_class(self) -> type[LLMClient]:
-        shard = self.shard
-        assert shard is not None
+        assert self.shard is not None
+        bounds, lease = self.shard.bounds, self.shard.lease_seconds
 
         class BoundedClient(LLMClient):
             def new_pool(self, specs: tuple[EndpointSpec, ...]) -> EndpointPool:
-                return SharedBoundPool(specs, self.concurrency, cooldown=self.cooldown, bounds=shard.bounds,
-                                       lease_seconds=shard.lease_seconds)
+                return SharedBoundPool(specs, self.concurrency, cooldown=self.cooldown, bounds=bounds,
+                                       lease_seconds=lease)
 
         return BoundedClient
 
@@ -494,8 +498,8 @@ def _write_stage(run: engine.Run, client: LLMClient, node: Stage, memory_ids: li
     calls: dict[str, dict[str, Any]] = {}
     for o in outs:
         _add_stats(client, o.calls)
-        for role in o.calls:
-            calls.setdefault(role, {})
+        for used in o.calls:
+            calls.setdefault(used, {})
     if all("skipped" in m for m in manifests) and manifests:
         print(f"{node.id}: skipped ({manifests[0]['skipped']})", flush=True)
         engine.manifest(run, node.id, inputs=[], outputs=[], rows=0, started=started,
@@ -509,7 +513,7 @@ def _write_stage(run: engine.Run, client: LLMClient, node: Stage, memory_ids: li
     rows.sort(key=lambda r: position.get(r[key], len(position)))
     write_jsonl(out, rows)
     extra = _merge_extra(manifests)
-    role = next(iter(calls), node.role)
+    role: Optional[str] = next(iter(calls), node.role)
     llm = client.summary().get(role, {}) if any(m.get("llm") for m in manifests) and role else {}
     inputs = [run.dir / p for p in dict.fromkeys(p for m in manifests for p in m.get("inputs", {}))]
     engine.manifest(run, node.id, inputs=inputs, outputs=[out], rows=len(rows), started=started,
