@@ -262,7 +262,7 @@ bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(BENCH_ARGS)
 
 sweep:  ## several systems x benchmarks in one command, one table at the end -> results/sweep/ (SYSTEMS=ensimem,mem0 BENCHES=locomo,beam CONFIGS=a.yaml,b.yaml EXECUTOR=ray LIMIT MEMORIES SET)
-	$(PY) -m common.pipeline.sweep --systems $(or $(SYSTEMS),ensimem) --benches $(or $(BENCHES),locomo) \
+	$(PY) -m common.report.sweep --systems $(or $(SYSTEMS),ensimem) --benches $(or $(BENCHES),locomo) \
 		$(if $(CONFIGS),--configs $(CONFIGS)) --executor $(or $(EXECUTOR),local) $(if $(LIMIT),--limit $(LIMIT)) \
 		$(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) $(if $(RESULTS),--results $(RESULTS))
 

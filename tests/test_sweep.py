@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from common.pipeline import sweep
+from common.report import sweep
 from tests.conftest import REPO, TINY_LOCOMO, fake_vectors, run_overrides
 
 
@@ -28,7 +28,7 @@ def test_make_sweep_passes_systems_benches_configs_and_executor():
     out = subprocess.run(["make", "-n", "sweep", "SYSTEMS=ensimem,mem0,langmem", "BENCHES=locomo,beam",
                           "CONFIGS=configs/locomo.yaml", "EXECUTOR=ray", "LIMIT=2"], cwd=REPO, capture_output=True,
                          text=True, check=True).stdout
-    assert "common.pipeline.sweep --systems ensimem,mem0,langmem --benches locomo,beam" in out
+    assert "common.report.sweep --systems ensimem,mem0,langmem --benches locomo,beam" in out
     assert "--configs configs/locomo.yaml --executor ray --limit 2" in out
 
 

@@ -9,6 +9,7 @@ graph in order in one process (runners, the demo); ``main`` is every numbered sc
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import sys
@@ -316,6 +317,16 @@ def run_pipeline(run: Run, stages: Optional[tuple[Stage, ...]] = None) -> None:
         pass
 
 
+# The executors other than this process, named by import path as the graph names its stage
+# functions: the engine never imports them (they build on it), and ray is loaded only when asked for.
+EXECUTORS = {"ray": "common.pipeline.ray_executor:run_stages"}
+
+
+def _executor(name: str) -> Callable[[Run, tuple[Stage, ...]], Iterator[Stage]]:
+    module, _, attr = EXECUTORS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def execute(run: Run, stages: tuple[Stage, ...]) -> Iterator[Stage]:
     """Run ``stages`` in order, yielding each stage once its artifacts and manifest are written.
 
@@ -331,10 +342,8 @@ def execute(run: Run, stages: tuple[Stage, ...]) -> Iterator[Stage]:
         else:
             groups.append([node])
     for group in groups:
-        if run.cfg.run.executor == "ray" and group[0].id in MEMORY_STAGES:
-            from common.pipeline import ray_executor  # imports ray only when asked for
-
-            yield from ray_executor.run_stages(run, tuple(group))
+        if run.cfg.run.executor != "local" and group[0].id in MEMORY_STAGES:
+            yield from _executor(run.cfg.run.executor)(run, tuple(group))
         else:
             run_stage(run, group[0])
             yield group[0]

@@ -100,6 +100,16 @@ class _RayRemote:
         return ray.get(self.actor.put_vectors.remote(namespace, items))
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Leases:
     """``bound`` leases of one endpoint (the body of its actor; plain Python for the tests)."""
 
@@ -109,11 +119,9 @@ class Leases:
         self.peak = 0
 
     def _reclaim(self) -> None:
-        import psutil
-
         now = time.monotonic()
         for lease, (expiry, node, pid) in list(self.held.items()):
-            if expiry < now or (node == self.node and not psutil.pid_exists(pid)):
+            if expiry < now or (node == self.node and not _alive(pid)):
                 del self.held[lease]
 
     def try_take(self, seconds: float, node: str, pid: int) -> Optional[str]:

@@ -1,6 +1,6 @@
 """`make sweep`: several systems x benchmarks (x configurations) in one command, ending with one table.
 
-    python -m common.pipeline.sweep --systems ensimem,mem0 --benches locomo,beam [--configs a.yaml,b.yaml]
+    python -m common.report.sweep --systems ensimem,mem0 --benches locomo,beam [--configs a.yaml,b.yaml]
         [--executor local|ray] [--results results/sweep] [--limit N] [--memories ids] [--set key=value ...]
 
 Each run is the whole pipeline (``common.pipeline.run_all``) of one benchmark with one system
@@ -23,7 +23,14 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from common.core.config import resolve_path
+from common.core.config import load_config, resolve_path
+from common.pipeline import experiments as exp_mod
+from common.pipeline import ray_executor
+from common.report.tables.beam import beam_table
+from common.report.tables.published import DEFAULT_PUBLISHED, load_published
+from common.report.tables.runs import Context
+from common.report.tables.systems import systems_table
+from common.report.tables.writers import markdown
 
 CONFIGS = {"locomo": "configs/locomo.yaml", "longmemeval": "configs/longmemeval.yaml", "beam": "configs/beam.yaml"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,9 +87,6 @@ def execute(runs: list[SweepRun], results: Path, executor: str, extra: list[str]
         return out
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from common.core.config import load_config
-    from common.pipeline import ray_executor
-
     cfg = load_config([CONFIGS[runs[0].benchmark]], [f"run.ray_address={ray_address}"] if ray_address else [])
     ray = ray_executor.connect(cfg)
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -96,24 +100,17 @@ def execute(runs: list[SweepRun], results: Path, executor: str, extra: list[str]
 
 def table(results: Path, benches: list[str]) -> str:
     """The systems table over ``results`` (and BEAM's), as markdown."""
-    from common.pipeline import experiments as exp_mod
-    from common.report.tables.published import DEFAULT_PUBLISHED, load_published
-    from common.report.tables.runs import Context
-    from common.report.tables.systems import systems_table
-    from common.report.tables.writers import markdown
-
     ctx = Context(results, exp_mod.load(exp_mod.DEFAULT_PATH), load_published(DEFAULT_PUBLISHED))
     parts = []
     if any(b != "beam" for b in benches):
         parts.append(markdown(systems_table(ctx)))
     if "beam" in benches:
-        from common.report.tables.beam import beam_table
         parts.append(markdown(beam_table(ctx)))
     return "\n\n".join(parts)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m common.pipeline.sweep", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m common.report.sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--systems", default="ensimem", help="comma-separated method.name values")
     p.add_argument("--benches", default="locomo", help=f"comma-separated: {', '.join(CONFIGS)}")
     p.add_argument("--configs", default="", help="comma-separated extra config files (one run per file)")
