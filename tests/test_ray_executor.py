@@ -179,3 +179,30 @@ def test_four_workers_never_exceed_the_endpoint_bound(cluster, tmp_path):
         peak = fresh.peak_in_flight_total
     print(f"4 workers, bound 2: at most {peak} requests in flight")
     assert peak == 2  # reached, never passed (each worker alone would send 2: 8 at once)
+
+
+def test_a_sweep_runs_its_runs_as_tasks_and_ends_with_one_table(cluster, server, tmp_path, monkeypatch, capsys):
+    from common.report import sweep
+    from tests.conftest import TINY_LOCOMO
+
+    _, address = cluster
+    for k, v in {"RAY_ADDRESS": address, "OPENAI_BASE_URL": server.base_url, **LOOPBACK}.items():
+        monkeypatch.setenv(k, v)
+    sets = [s for s in run_overrides(tmp_path, TINY_LOCOMO, **fake_vectors(server.base_url))
+            if not s.startswith(("run.name=", "run.results_dir="))]
+    args = ["--systems", "ensimem,full_context", "--benches", "locomo", "--executor", "ray",
+            "--results", str(tmp_path / "sweep")]
+    for s in sets:
+        args += ["--set", s]
+    import ray
+    try:
+        assert sweep.main(args) == 0
+    finally:
+        ray.shutdown()
+    table = (tmp_path / "sweep" / "sweep.md").read_text()
+    for name in ("ensimem", "full_context"):
+        manifest = json.loads((tmp_path / "sweep" / "locomo" / name / "07_answer.manifest.json").read_text())
+        assert manifest["executor"]["name"] == "ray"  # each run's memory stages ran on the cluster too
+        assert f"| {name} |" in table
+    out = capsys.readouterr().out
+    assert "sweep: 2 of 2 runs finished" in out and "executor ray" in out

@@ -131,3 +131,20 @@ def test_executor_is_in_the_schema_and_every_stage_target():
                          cwd=REPO, capture_output=True, text=True, check=True).stdout
     commands = [line for line in out.splitlines() if "run_all" in line or "LoCoMo.03_extract" in line]
     assert len(commands) == 4 and all("--set run.executor=ray" in c for c in commands), commands
+
+
+def test_the_memories_manifest_fields_add_up_as_one_stage():
+    a = {"stage": "04_index", "rows": 1, "new_rows": 2, "dedup": {"instances": 3, "unique": 2},
+         "embedding_model": "m", "embedding": {"encoded": 100, "encode_seconds": 2.0, "encode_cpu_seconds": 4.0,
+                                               "texts_per_second": 50.0, "texts_per_cpu_second": 25.0},
+         "ingest": {"concurrency": 4, "new": 1}}
+    b = {"stage": "04_index", "rows": 1, "new_rows": 1, "dedup": {"instances": 1, "unique": 1},
+         "embedding_model": "m", "embedding": {"encoded": 300, "encode_seconds": 2.0, "encode_cpu_seconds": 4.0,
+                                               "texts_per_second": 150.0, "texts_per_cpu_second": 75.0},
+         "ingest": {"concurrency": 4, "new": 1}}
+    merged = ray_executor._merge_extra([a, b])
+    assert merged["new_rows"] == 3 and merged["dedup"] == {"instances": 4, "unique": 3}
+    assert merged["embedding_model"] == "m" and "rows" not in merged and "stage" not in merged
+    assert merged["embedding"]["encoded"] == 400 and merged["embedding"]["texts_per_second"] == 100.0
+    assert merged["embedding"]["texts_per_cpu_second"] == 50.0
+    assert merged["ingest"] == {"concurrency": 4, "new": 2}

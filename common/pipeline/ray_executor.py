@@ -399,7 +399,16 @@ def _merge_extra(manifests: list[dict[str, Any]]) -> dict[str, Any]:
         return first
 
     fields = list(dict.fromkeys(k for m in manifests for k in m if k not in _OWN_FIELDS))
-    return {k: merge([m[k] for m in manifests if k in m]) for k in fields}
+    out = {k: merge([m[k] for m in manifests if k in m]) for k in fields}
+    emb = out.get("embedding")
+    if isinstance(emb, dict):  # rates are not summed: recomputed from the summed counts
+        for rate, over in (("texts_per_second", "encode_seconds"), ("texts_per_cpu_second", "encode_cpu_seconds")):
+            if rate in emb:
+                emb[rate] = round(emb.get("encoded", 0) / emb[over], 1) if emb.get(over) else None
+    for settings in (out.get("ingest"),):  # a setting, not a count
+        if isinstance(settings, dict) and "concurrency" in settings:
+            settings["concurrency"] = next(m["ingest"]["concurrency"] for m in manifests if "ingest" in m)
+    return out
 
 
 def _add_stats(client: LLMClient, calls: dict[str, dict[str, Any]]) -> None:
