@@ -204,7 +204,7 @@ def _short(r: dict[str, Any]) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     lines = ["# make bench-ray", "",
-             f"Machine: {result['machine'].get('cpu_model', '?')}, {result['machine'].get('cpus', '?')} CPUs; "
+             f"Machine: {result['machine'].get('cpu', '?')}, {result['machine'].get('cpu_count', '?')} CPUs; "
              f"load average before {result['load_before']}, after {result['load_after']}.", ""]
     o = result.get("overhead")
     if o:

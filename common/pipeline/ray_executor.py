@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -167,32 +167,64 @@ class _BoundActor:
 
 
 class SharedBoundPool(EndpointPool):
-    """An endpoint pool that also takes the endpoint's cluster-wide lease for each request."""
+    """An endpoint pool that also holds one of the endpoint's cluster-wide leases per request.
+
+    In a pool of one endpoint, a lease that a request hands back while another thread of this
+    worker is about to need one passes to that thread (at most ``REUSE`` times in a row, then it goes
+    back to the actor, so other workers get their turn): a busy worker does not pay the actor's
+    round trip per request, and the bound counts the same leases.
+    """
+
+    REUSE = 16
 
     def __init__(self, specs: tuple[EndpointSpec, ...], default_concurrency: int, *, cooldown: float,
                  bounds: dict[str, Any], lease_seconds: float):
         super().__init__(specs, default_concurrency, cooldown=cooldown)
-        self.shared, self.lease_seconds = bounds, lease_seconds
-        self._leases: dict[tuple[int, str], list[str]] = defaultdict(list)
+        # A passed-on lease lives through up to REUSE requests: its expiry covers all of them.
+        self.shared, self.lease_seconds = bounds, lease_seconds * (self.REUSE + 1)
+        self._held: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)  # (thread, url) -> leases
+        self._idle: dict[str, list[tuple[str, int]]] = defaultdict(list)  # url -> leases passed on
+        self._wanting: Counter[str] = Counter()  # url -> threads that will look at _idle before the actor
         self._leases_lock = threading.Lock()
 
     def acquire(self) -> str:
-        url = super().acquire()
-        actor = self.shared.get(url)
-        if actor is not None:
-            import ray
-            lease = ray.get(actor.take.remote(self.lease_seconds, ray.get_runtime_context().get_node_id(),
-                                              os.getpid()))
+        if not self.shared:
+            return super().acquire()
+        with self._leases_lock:
+            for url in self.urls:
+                self._wanting[url] += 1
+        try:
+            url = super().acquire()
+        except BaseException:
             with self._leases_lock:
-                self._leases[(threading.get_ident(), url)].append(lease)
+                for u in self.urls:
+                    self._wanting[u] -= 1
+            raise
+        actor = self.shared.get(url)
+        with self._leases_lock:
+            for u in self.urls:
+                self._wanting[u] -= 1
+            passed = self._idle[url].pop() if self._idle[url] else None
+        if actor is not None:
+            if passed is None:
+                import ray
+                lease = ray.get(actor.take.remote(self.lease_seconds, ray.get_runtime_context().get_node_id(),
+                                                  os.getpid()))
+                passed = (lease, 0)
+            with self._leases_lock:
+                self._held[(threading.get_ident(), url)].append(passed)
         return url
 
     def release(self, url: str, *, ok: bool, connection_error: bool = False) -> None:
         actor = self.shared.get(url)
         if actor is not None:
             with self._leases_lock:
-                lease = self._leases[(threading.get_ident(), url)].pop()
-            actor.give_back.remote(lease)  # no wait: the actor frees it in arrival order
+                lease, uses = self._held[(threading.get_ident(), url)].pop()
+                keep = len(self.urls) == 1 and self._wanting[url] > 0 and uses + 1 < self.REUSE
+                if keep:  # a thread of ours is about to look for one: it takes this
+                    self._idle[url].append((lease, uses + 1))
+            if not keep:
+                actor.give_back.remote(lease)  # no wait: the actor frees it in arrival order
         super().release(url, ok=ok, connection_error=connection_error)
 
 
