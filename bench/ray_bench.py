@@ -148,6 +148,11 @@ def overhead(work: Path, server: Any, opts: argparse.Namespace, address: str) ->
 
 def throughput(work: Path, server: Any, opts: argparse.Namespace, address: str) -> dict[str, Any]:
     convs = opts.throughput_memories.split(",")[:opts.workers]
+    # The local engine on the same work first: how far from the bound the stages' own work keeps
+    # one process, against which the workers' figure is read.
+    local = pipeline(work, "throughput-local", server, conversations=convs, limit=opts.throughput_limit,
+                     concurrency=opts.concurrency)
+    server.peak_in_flight_total = 0
     ray = pipeline(work, "throughput-ray", server, conversations=convs, limit=opts.throughput_limit,
                    concurrency=opts.concurrency, address=address)
     calls = chat_calls(ray["requests"])
@@ -155,6 +160,8 @@ def throughput(work: Path, server: Any, opts: argparse.Namespace, address: str) 
     ratio = ray["memory_stages_wall_seconds"] / bound if bound else None
     return {"workers": len(convs), "memories": convs, "limit": opts.throughput_limit, "latency": opts.latency,
             "endpoint_bound": opts.concurrency, "calls_02_07": calls, "bound_seconds": round(bound, 3),
+            "local": _short(local), "local_ratio": round(local["memory_stages_wall_seconds"] / bound, 3)
+            if bound else None,
             "ray": _short(ray), "ratio": round(ratio, 3) if ratio else None,
             "peak_in_flight": server.peak_in_flight_total,
             "target": TARGETS["throughput_ratio"], "passed": ratio is not None and ratio <= TARGETS["throughput_ratio"]}
@@ -222,7 +229,9 @@ def render(result: dict[str, Any]) -> str:
                   f"{t['latency']} s, one endpoint bound {t['endpoint_bound']}: {t['calls_02_07']} calls in "
                   f"stages 02-07, bound calls x L / c = {t['bound_seconds']} s, measured "
                   f"{t['ray']['memory_stages_wall_seconds']} s: ratio **{t['ratio']}** (target <= {t['target']}: "
-                  f"{'pass' if t['passed'] else 'FAIL'}); most requests in flight at the endpoint: "
+                  f"{'pass' if t['passed'] else 'FAIL'}); the local engine on the same work: "
+                  f"{t['local']['memory_stages_wall_seconds']} s, ratio {t['local_ratio']}; most requests in flight "
+                  "at the endpoint during the Ray run: "
                   f"{t['peak_in_flight']} (its bound {t['endpoint_bound']}).", ""]
     c = result.get("cpu")
     if c:

@@ -148,3 +148,65 @@ def test_the_memories_manifest_fields_add_up_as_one_stage():
     assert merged["embedding"]["encoded"] == 400 and merged["embedding"]["texts_per_second"] == 100.0
     assert merged["embedding"]["texts_per_cpu_second"] == 50.0
     assert merged["ingest"] == {"concurrency": 4, "new": 2}
+
+
+def test_shared_bound_pools_hold_the_bound_across_workers_and_pass_leases_on(monkeypatch):
+    """Two workers' pools (threads here) on one endpoint of bound 2: never more than 2 requests
+    hold a lease, and a busy worker passes a lease to its next request instead of asking the actor."""
+    import sys
+    import threading
+    import time
+    import types
+
+    from common.core.endpoints import EndpointSpec
+
+    leases = ray_executor.Leases(2, node="n")
+    lock = threading.Lock()
+    asked = []
+
+    class Call:  # what ``actor.method.remote(...)`` returns; the fake ``ray.get`` runs it
+        def __init__(self, fn, *args):
+            self.fn, self.args = fn, args
+
+    def take(seconds, node, pid):
+        while True:
+            with lock:
+                lease = leases.try_take(seconds, node, pid)
+            if lease:
+                asked.append(lease)
+                return lease
+            time.sleep(0.001)
+
+    def give_back(lease):
+        with lock:
+            leases.give_back(lease)
+
+    actor = types.SimpleNamespace(take=types.SimpleNamespace(remote=lambda *a: Call(take, *a)),
+                                  give_back=types.SimpleNamespace(remote=lambda lease: give_back(lease)))
+    fake_ray = types.SimpleNamespace(get=lambda call: call.fn(*call.args),
+                                     get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "n"))
+    monkeypatch.setitem(sys.modules, "ray", fake_ray)
+    url = "http://127.0.0.1:9/v1"
+    pools = [ray_executor.SharedBoundPool((EndpointSpec(url),), 2, cooldown=1.0, bounds={url: actor},
+                                          lease_seconds=60) for _ in range(2)]
+    in_flight, peak = [0], [0]
+
+    def request(pool):
+        for _ in range(20):
+            got = pool.acquire()
+            with lock:
+                in_flight[0] += 1
+                peak[0] = max(peak[0], in_flight[0])
+            time.sleep(0.002)
+            with lock:
+                in_flight[0] -= 1
+            pool.release(got, ok=True)
+
+    threads = [threading.Thread(target=request, args=(p,)) for p in pools for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    time.sleep(3 * ray_executor.SharedBoundPool.IDLE)  # the leases nobody took go back
+    assert peak[0] == 2 and leases.peak == 2 and not leases.held  # all given back at the end
+    assert len(asked) < 80  # 80 requests: some leases went to the next request without the actor

@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -169,13 +169,14 @@ class _BoundActor:
 class SharedBoundPool(EndpointPool):
     """An endpoint pool that also holds one of the endpoint's cluster-wide leases per request.
 
-    In a pool of one endpoint, a lease that a request hands back while another thread of this
-    worker is about to need one passes to that thread (at most ``REUSE`` times in a row, then it goes
-    back to the actor, so other workers get their turn): a busy worker does not pay the actor's
-    round trip per request, and the bound counts the same leases.
+    In a pool of one endpoint, a request that ends keeps its lease for this worker's next request
+    (at most ``REUSE`` times in a row) and a lease nobody here took within ``IDLE`` seconds goes
+    back to the actor: a busy worker does not pay the actor's round trip per request, an idle one
+    holds nothing for long, and the bound counts the same leases.
     """
 
     REUSE = 16
+    IDLE = 0.02
 
     def __init__(self, specs: tuple[EndpointSpec, ...], default_concurrency: int, *, cooldown: float,
                  bounds: dict[str, Any], lease_seconds: float):
@@ -183,36 +184,25 @@ class SharedBoundPool(EndpointPool):
         # A passed-on lease lives through up to REUSE requests: its expiry covers all of them.
         self.shared, self.lease_seconds = bounds, lease_seconds * (self.REUSE + 1)
         self._held: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)  # (thread, url) -> leases
-        self._idle: dict[str, list[tuple[str, int]]] = defaultdict(list)  # url -> leases passed on
-        self._wanting: Counter[str] = Counter()  # url -> threads that will look at _idle before the actor
+        self._idle: dict[str, list[tuple[str, int, float]]] = defaultdict(list)  # url -> (lease, uses, since)
         self._leases_lock = threading.Lock()
+        self._reaper: Optional[threading.Thread] = None
 
     def acquire(self) -> str:
-        if not self.shared:
-            return super().acquire()
-        with self._leases_lock:
-            for url in self.urls:
-                self._wanting[url] += 1
-        try:
-            url = super().acquire()
-        except BaseException:
-            with self._leases_lock:
-                for u in self.urls:
-                    self._wanting[u] -= 1
-            raise
+        url = super().acquire()
         actor = self.shared.get(url)
+        if actor is None:
+            return url
         with self._leases_lock:
-            for u in self.urls:
-                self._wanting[u] -= 1
-            passed = self._idle[url].pop() if self._idle[url] else None
-        if actor is not None:
-            if passed is None:
-                import ray
-                lease = ray.get(actor.take.remote(self.lease_seconds, ray.get_runtime_context().get_node_id(),
-                                                  os.getpid()))
-                passed = (lease, 0)
-            with self._leases_lock:
-                self._held[(threading.get_ident(), url)].append(passed)
+            kept = self._idle[url].pop() if self._idle[url] else None
+        if kept is not None:
+            passed = (kept[0], kept[1])
+        else:
+            import ray
+            passed = (ray.get(actor.take.remote(self.lease_seconds, ray.get_runtime_context().get_node_id(),
+                                                os.getpid())), 0)
+        with self._leases_lock:
+            self._held[(threading.get_ident(), url)].append(passed)
         return url
 
     def release(self, url: str, *, ok: bool, connection_error: bool = False) -> None:
@@ -220,12 +210,28 @@ class SharedBoundPool(EndpointPool):
         if actor is not None:
             with self._leases_lock:
                 lease, uses = self._held[(threading.get_ident(), url)].pop()
-                keep = len(self.urls) == 1 and self._wanting[url] > 0 and uses + 1 < self.REUSE
-                if keep:  # a thread of ours is about to look for one: it takes this
-                    self._idle[url].append((lease, uses + 1))
+                keep = len(self.urls) == 1 and uses + 1 < self.REUSE
+                if keep:
+                    self._idle[url].append((lease, uses + 1, time.monotonic()))
+                    if self._reaper is None:
+                        self._reaper = threading.Thread(target=self._give_back_idle, daemon=True,
+                                                        name="lease-reaper")
+                        self._reaper.start()
             if not keep:
                 actor.give_back.remote(lease)  # no wait: the actor frees it in arrival order
         super().release(url, ok=ok, connection_error=connection_error)
+
+    def _give_back_idle(self) -> None:
+        while True:
+            time.sleep(self.IDLE / 2)
+            now = time.monotonic()
+            with self._leases_lock:
+                stale = [(url, lease) for url, kept in self._idle.items() for lease, _, since in kept
+                         if now - since >= self.IDLE]
+                for url in self._idle:
+                    self._idle[url] = [k for k in self._idle[url] if now - k[2] < self.IDLE]
+            for url, lease in stale:
+                self.shared[url].give_back.remote(lease)
 
 
 # ----------------------------------------------------------------------------- the worker's run
