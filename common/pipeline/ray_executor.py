@@ -60,11 +60,15 @@ FORWARDED_ENV = ("OPENAI_", "HARNESS_", "HF_", "TRANSFORMERS_")
 # ----------------------------------------------------------------------------- cluster
 def connect(cfg: Config) -> Any:
     """Join the cluster named by RAY_ADDRESS or ``run.ray_address``, or start a local one."""
+    address = os.environ.get("RAY_ADDRESS") or cfg.run.ray_address
+    if not address:
+        # A cluster for this run only: on the loopback interface (Ray reads this when imported and
+        # would otherwise name, and listen on, the machine's network address).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if ray.is_initialized():
         return ray
-    address = os.environ.get("RAY_ADDRESS") or cfg.run.ray_address
     # The workers import this checkout (on other nodes: the same path; docs/scale.md) and reach the
     # endpoints as the driver does: its endpoint and key variables travel with the job (never a file).
     forwarded = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV) or k == "OMP_NUM_THREADS"}
@@ -72,7 +76,8 @@ def connect(cfg: Config) -> Any:
     if address:
         ray.init(address=address, runtime_env=env, logging_level=logging.WARNING)
     else:
-        ray.init(num_cpus=cfg.run.ray_cpus or os.cpu_count(), include_dashboard=False,
+        # address="local": a new cluster, never one a `ray start` on this machine left running.
+        ray.init(address="local", num_cpus=cfg.run.ray_cpus or os.cpu_count(), include_dashboard=False,
                  _node_ip_address="127.0.0.1", runtime_env=env, logging_level=logging.WARNING)
     return ray
 
