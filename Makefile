@@ -54,7 +54,8 @@ endif
 export HARNESS_INVOCATION
 
 ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMIT)) \
-       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) $(if $(FORCE),--force)
+       $(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) \
+       $(if $(EXECUTOR),--set run.executor=$(EXECUTOR)) $(if $(FORCE),--force)
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 BEAM_ARGS = $(subst --config $(CONFIG),--config $(BEAM_CONFIG),$(ARGS)) $(if $(SIZE),--set data.tier=$(SIZE))
 # The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
@@ -65,7 +66,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres cache-merge bench-beam-10m
+        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -75,6 +76,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
 #: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
 #: FORCE             FORCE=1: redo the stages instead of resuming (cached calls are not paid again)
+#: EXECUTOR          local (default) or ray: stages 02-07 as one Ray task per memory (RAY_ADDRESS: the cluster)
 #: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
 #: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
@@ -171,7 +173,7 @@ judge2-longmemeval:  ## second judge (Qwen3-32B) on the same LongMemEval answers
 
 # Ablations and baselines: every run named in configs/experiments.yaml (one design choice each).
 EXP_ARGS = $(if $(SUBSET),--subset $(SUBSET)) $(if $(ONLY),--only $(ONLY)) $(if $(LIMIT),--limit $(LIMIT)) \
-           $(foreach s,$(SET),--set $(s))
+           $(foreach s,$(SET),--set $(s)) $(if $(EXECUTOR),--set run.executor=$(EXECUTOR))
 
 ablations:  ## LoCoMo ablations on the stored 88-question subset (SUBSET=all for all questions, ONLY=a,b)
 	$(PY) -m LoCoMo.10_ablations $(EXP_ARGS)
@@ -277,6 +279,14 @@ bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/
 
 bench-beam-10m:  ## a 10M-token BEAM chat generated from the real 100K chats through stages 01-06: per-stage CPU s and peak RSS -> results/bench/beam_10M.{json,md} (BENCH_ARGS="--tokens N --embedding model")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_scale --tokens 10000000 $(BENCH_ARGS)
+
+sweep:  ## several systems x benchmarks in one command, one table at the end -> results/sweep/ (SYSTEMS=ensimem,mem0 BENCHES=locomo,beam CONFIGS=a.yaml,b.yaml EXECUTOR=ray LIMIT MEMORIES SET)
+	$(PY) -m common.report.sweep --systems $(or $(SYSTEMS),ensimem) --benches $(or $(BENCHES),locomo) \
+		$(if $(CONFIGS),--configs $(CONFIGS)) --executor $(or $(EXECUTOR),local) $(if $(LIMIT),--limit $(LIMIT)) \
+		$(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) $(if $(RESULTS),--results $(RESULTS))
+
+bench-ray:  ## the Ray executor vs the local engine: overhead, throughput with K workers, stage 04 with 1 and 2 workers -> results/bench/ray.{json,md} (BENCH_ARGS="--latency 0.05 --limit 10")
+	HF_HUB_OFFLINE=1 $(PY) -m bench.ray_bench $(BENCH_ARGS)
 
 bench-beam-index:  ## the index build over BEAM's 500K tier (35 chats) from the pinned repository: CPU s, texts/s, peak RSS -> results/bench/beam_index_500K.{json,md} (BENCH_ARGS="--chats 1")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_index $(BENCH_ARGS)

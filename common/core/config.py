@@ -140,6 +140,9 @@ class LLMConfig:
     batch_max_requests: int = 50000  # requests per batch file (the API's limit)
     # Requests a batch left undone when it expired: sent in a new batch (keeps the batch price) or live.
     batch_on_expiry: Literal["batch", "live"] = "batch"
+    # Ray executor: a worker merges its new cache entries into the run's cache at least every N
+    # answered calls (a killed worker loses at most N); not in the fingerprint.
+    shard_flush_calls: int = 50
 
     def batch_roles(self, roles: Sequence[str]) -> tuple[str, ...]:
         """The roles sent through the Batch API (``ConfigError`` for an unknown or online role)."""
@@ -486,6 +489,13 @@ class RunConfig:
     # A line 09_aggregate puts at the top of the run's tables and in metrics.json (the demo: what its
     # 135M model's numbers show and what they do not).
     note: Optional[str] = None
+    # Where stages 02-07 run (common.pipeline.ray_executor): local = this process; ray = one Ray task
+    # per memory. Results do not depend on it (not in the fingerprint).
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str = ""  # the cluster to join (RAY_ADDRESS wins); "" and no RAY_ADDRESS: start a local one
+    ray_cpus: int = 0  # CPUs of a local cluster started here (0: all of this machine's)
+    ray_task_cpus: float = 1.0  # CPUs each memory's task declares
+    ray_task_gpus: float = 0.0  # GPUs each memory's task declares (an embedding model on a GPU node)
 
 
 @dataclass(frozen=True)
@@ -724,6 +734,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"retrieve.weights: unknown field(s) {sorted(unknown)}")
     if cfg.llm.concurrency < 1:
         raise ConfigError("llm.concurrency: must be >= 1")
+    if cfg.llm.shard_flush_calls < 1:
+        raise ConfigError("llm.shard_flush_calls: must be >= 1")
+    if cfg.run.ray_task_cpus < 0 or cfg.run.ray_task_gpus < 0 or cfg.run.ray_cpus < 0:
+        raise ConfigError("run.ray_cpus, run.ray_task_cpus, run.ray_task_gpus: must be >= 0")
     if cfg.systems.ingest_concurrency < 1:
         raise ConfigError("systems.ingest_concurrency: must be >= 1")
     if cfg.llm.cache_url is not None:

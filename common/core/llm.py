@@ -408,8 +408,12 @@ class LLMClient:
         with self._lock:
             pool = self._pools.get(specs)
             if pool is None:
-                pool = self._pools[specs] = EndpointPool(specs, self.concurrency, cooldown=self.cooldown)
+                pool = self._pools[specs] = self.new_pool(specs)
             return pool, key
+
+    def new_pool(self, specs: tuple[EndpointSpec, ...]) -> EndpointPool:
+        """The pool of one endpoint list (the Ray executor's workers add the cluster-wide bound)."""
+        return EndpointPool(specs, self.concurrency, cooldown=self.cooldown)
 
     def _batch_sdk(self, role: str, url: str) -> openai.OpenAI:
         _, key = self.pool(role)

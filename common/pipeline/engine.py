@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import logging
 import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from common.benchmarks.registry import adapter
 from common.core import artifacts, fingerprint, progress
@@ -65,9 +66,9 @@ class Run:
         """The shared LLM client; fails at once, in one line, when a role has no endpoint."""
         if self._client is None:
             c = self.cfg.llm
-            self._client = LLMClient(
+            self._client = self.client_class()(
                 {r: self.cfg.role(r) for r in ROLES},
-                cache=ResponseCache(c.cache_url or str(resolve_path(c.cache_path)), c.cache_mode),
+                cache=self.response_cache(),
                 retry=RetryPolicy(c.max_attempts, c.initial_wait, c.max_wait),
                 concurrency=c.concurrency,
                 cooldown=c.endpoint_cooldown,
@@ -78,6 +79,16 @@ class Run:
         self._client.check_endpoints(roles)
         preflight.check_reachable(roles, self._client.settings)  # a dead server fails now, not after retries
         return self._client
+
+    # The two seams a Ray worker's run overrides (common.pipeline.ray_executor): its cache is a
+    # shard of the run's, its endpoint pools take the cluster-wide bound.
+    def response_cache(self) -> ResponseCache:
+        c = self.cfg.llm
+        # llm.cache_url (a shared PostgreSQL database) wins over the run's sqlite file.
+        return ResponseCache(c.cache_url or str(resolve_path(c.cache_path)), c.cache_mode)
+
+    def client_class(self) -> type[LLMClient]:
+        return LLMClient
 
     @property
     def llm(self) -> LLMClient:
@@ -291,6 +302,10 @@ def check_endpoint(run: Run, stage: Stage) -> None:
         run.client((stage.role,))
 
 
+# The stages that work memory by memory (one Ray task per memory with ``run.executor: ray``);
+# 01 reads the whole benchmark file, 08 and 09 judge and aggregate on the driver.
+MEMORY_STAGES = ("02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve", "07_answer")
+
 # Stages that may run on an imported run: another judge over its answers, and the aggregate.
 IMPORTED_RUN_STAGES = ("judge", "aggregate")
 
@@ -307,9 +322,42 @@ def run_stage(run: Run, stage: Stage | str) -> None:
 
 
 def run_pipeline(run: Run, stages: Optional[tuple[Stage, ...]] = None) -> None:
-    """The stages of the graph in order in this process (runners, the demo)."""
-    for stage in stages or STAGES:
-        run_stage(run, stage)
+    """The stages of the graph in order in this process (runners, the demo); with
+    ``run.executor: ray`` the memory stages run as Ray tasks, one per memory."""
+    for _ in execute(run, stages or STAGES):
+        pass
+
+
+# The executors other than this process, named by import path as the graph names its stage
+# functions: the engine never imports them (they build on it), and ray is loaded only when asked for.
+EXECUTORS = {"ray": "common.pipeline.ray_executor:run_stages"}
+
+
+def _executor(name: str) -> Callable[[Run, tuple[Stage, ...]], Iterator[Stage]]:
+    module, _, attr = EXECUTORS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def execute(run: Run, stages: tuple[Stage, ...]) -> Iterator[Stage]:
+    """Run ``stages`` in order, yielding each stage once its artifacts and manifest are written.
+
+    With ``run.executor: ray``, each run of consecutive memory stages (02-07) is handed to
+    ``common.pipeline.ray_executor``, which runs them per memory on the cluster and writes their
+    artifacts and manifests here as this engine does; every other stage runs in this process.
+    """
+    groups: list[list[Stage]] = []
+    for node in stages:
+        memory_stage = run.cfg.run.executor == "ray" and node.id in MEMORY_STAGES
+        if memory_stage and groups and groups[-1][0].id in MEMORY_STAGES:
+            groups[-1].append(node)
+        else:
+            groups.append([node])
+    for group in groups:
+        if run.cfg.run.executor != "local" and group[0].id in MEMORY_STAGES:
+            yield from _executor(run.cfg.run.executor)(run, tuple(group))
+        else:
+            run_stage(run, group[0])
+            yield group[0]
 
 
 def main(stage: str, benchmark: str, doc: Optional[str] = None) -> None:
@@ -335,11 +383,13 @@ def main_stages(stages: tuple[Stage, ...], benchmark: str, doc: Optional[str] = 
     except (EndpointNotConfigured, ConfigError) as exc:
         sys.exit(f"error: {' '.join(str(exc).split())}")
     whole = len(stages) > 1
+    steps = execute(run, stages)
     for i, node in enumerate(stages):
         before = invocation.snapshot(run)
         run.at = None
         try:
-            run_stage(run, node)
+            done = next(steps)
+            assert done is node, f"{done.id} ran where {node.id} was due"
         except KeyboardInterrupt:
             sys.exit(interrupted(run, node, before))
         except EndpointNotConfigured as exc:

@@ -29,6 +29,8 @@ class Instrumentation:
         # prompt kind -> the most requests of that kind answered at the same time (concurrency seen)
         self.peak_in_flight: Counter[str] = Counter()
         self._in_flight: Counter[str] = Counter()
+        # the most chat requests of any kind answered at the same time (an endpoint's bound, seen)
+        self.peak_in_flight_total = 0
         # request index -> seconds from arrival to the reply being sent (chat requests that got one)
         self.latencies: dict[int, float] = {}
 
@@ -78,6 +80,7 @@ class Instrumentation:
         with self._lock:
             self._in_flight[kind] += 1
             self.peak_in_flight[kind] = max(self.peak_in_flight[kind], self._in_flight[kind])
+            self.peak_in_flight_total = max(self.peak_in_flight_total, sum(self._in_flight.values()))
         try:
             yield
         finally:
