@@ -35,7 +35,9 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          # and the gateway's server (requirements-systems.txt: imported when a gateway starts).
          "langmem", "trustcall", "langchain_openai", "langgraph", "aiohttp",
          # Graphiti and its embedded graph store (method.name=graphiti only, after telemetry is set off).
-         "graphiti_core", "kuzu"}
+         "graphiti_core", "kuzu",
+         # SimpleMem on LanceDB (method.name=simplemem only; its modules are patched when first imported).
+         "simplemem"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and
 # must not move with the package layout), each with the ONE layer it may import. They are thin:
 # imports of that layer only, no definitions, nothing imports them.

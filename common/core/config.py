@@ -324,7 +324,7 @@ class MethodConfig:
 
     # A registered system (common.systems.registry) or a user's class as package.module:Class.
     name: Union[Literal["ensimem", "full_context", "rag_turns", "no_memory", "oracle", "mem0", "amem",
-                        "langmem", "graphiti"],
+                        "langmem", "graphiti", "simplemem"],
                 ImportPath] = "ensimem"
     context_tokens: int = 120000  # full_context budget (o200k tokens); fits 128k-window models
     rag_k: int = 10  # rag_turns: turns retrieved per question

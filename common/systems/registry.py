@@ -12,6 +12,7 @@ import typing
 from common.core.config import ConfigError, MethodConfig
 from common.systems import envs
 from common.systems.base import METHOD_STAGES, PROTOCOL_STAGES, MemorySystem
+from common.systems.process import process_class
 
 REGISTERED: dict[str, str] = {
     "ensimem": "common.systems.builtin:EnSIMem",
@@ -23,6 +24,7 @@ REGISTERED: dict[str, str] = {
     "amem": "common.systems.amem:AMem",
     "langmem": "common.systems.langmem:LangMem",
     "graphiti": "common.systems.graphiti:Graphiti",
+    "simplemem": "common.systems.simplemem:SimpleMem",
 }
 
 
@@ -32,8 +34,6 @@ def system_class(name: str) -> type[MemorySystem]:
     A name that is not registered but has ``systems/<name>/adapter.py`` is a system in its own
     environment and process (``common.systems.process``)."""
     if name not in REGISTERED and ":" not in name and envs.is_system(name):
-        from common.systems.process import process_class  # the process boundary: only for such runs
-
         return process_class(name)
     path = REGISTERED.get(name, name)
     module, _, attr = path.partition(":")
