@@ -18,7 +18,9 @@ SentenceTransformer from the model hub); its parts are, with the gateway behind 
 ``LLMClient`` with the gateway's base URL and a session key (streaming off: the gateway does not
 stream; SDK retries off), and an embedding model object that embeds through the gateway's
 ``/v1/embeddings`` (the harness's embedding model). One LanceDB directory per memory under the
-memory's state directory; a search opens it again. SimpleMem reports its failures with ``print``;
+memory's state directory; a search opens it again. Its windows are extracted in parallel as in
+its test, their entries stored in window order (it stores them in completion order, which changes
+from run to run). SimpleMem reports its failures with ``print``;
 the lines that say an error or a failure are counted per memory (``printed_error``), the rest are
 dropped. Its thread pools are given the harness's context, so their calls and errors reach the
 memory's account.
@@ -72,6 +74,11 @@ class _ContextPool(concurrent.futures.ThreadPoolExecutor):
         return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
+def _in_order(fs: Any, timeout: Optional[float] = None) -> list[Any]:
+    """``as_completed`` for SimpleMem: the futures in submission order."""
+    return list(fs)
+
+
 def _import_simplemem() -> dict[str, Any]:
     """SimpleMem's modules with their ``print`` and thread pools replaced (once)."""
     import importlib
@@ -81,6 +88,9 @@ def _import_simplemem() -> dict[str, Any]:
         futures = types.SimpleNamespace(**{n: getattr(concurrent.futures, n) for n in dir(concurrent.futures)
                                            if not n.startswith("_")})
         futures.ThreadPoolExecutor = _ContextPool
+        # Results in the order the tasks were submitted (each waited for), not as they complete:
+        # the windows' entries are then stored, embedded and ranked the same way on every run.
+        futures.as_completed = _in_order
         for module in mods.values():
             module.print = _printed  # type: ignore[attr-defined]
             if hasattr(module, "concurrent"):
