@@ -307,6 +307,37 @@ def test_calls_through_ctx_llm_reach_the_ledger_under_the_systems_role(tmp_path)
     assert [c["role"] for c in marker["spent"]["llm_calls"]] == ["memory"]
 
 
+class LooseGatewayUser(MemorySystem):
+    """A system that brings its own client and uses the gateway's run-wide key, outside any session."""
+
+    role = "memory"
+    uses_gateway = True
+
+    def search(self, question: Question, view: MemoryView) -> Found:
+        import urllib.request
+
+        gw = self.ctx.gateway
+        body = json.dumps({"model": "any", "messages": [{"role": "user", "content": question.question}]})
+        req = urllib.request.Request(f"{gw.base_url}/chat/completions", data=body.encode(), method="POST",
+                                     headers={"Authorization": f"Bearer {gw.api_key}",
+                                              "Content-Type": "application/json"})
+        text = json.loads(urllib.request.urlopen(req).read())["choices"][0]["message"]["content"]
+        return Found([Evidence(text)])
+
+
+def test_calls_through_the_gateways_own_key_reach_the_ledger(tmp_path):
+    from tests.fake_openai import FakeOpenAI
+
+    with FakeOpenAI() as fake, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_BASE_URL", fake.base_url)
+        sets = run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": "tests.test_process_systems:LooseGatewayUser",
+                                                       "data.memories": "[tiny-1]"})
+        run = run_stages("configs/locomo.yaml", sets, ["preprocess", "retrieve"])
+        paid = fake.request_count
+    by = {(e["stage"], e["role"]): e for e in ledger.ledger(run.dir)["stages"]}
+    assert paid == 6 and by[("06_retrieve_gateway", "memory")]["calls"] == 6
+
+
 # ---------------------------------------------------------------------------- parity and the table
 def test_the_parity_cap_keeps_each_systems_own_ranking(process_run):
     from common.core import fingerprint

@@ -206,6 +206,12 @@ def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, 
         spent = [json.loads(m.read_text(encoding="utf-8")).get("spent", {}) for m in markers]
         entries.append(stage_entry(f"{IDS['retrieve']}_ingest", system_role or "memory",
                                    [{"llm_calls": s.get("llm_calls", [])} for s in spent], prices, batched))
+    # Calls an outside system made through the gateway with its run-wide key (outside any memory's
+    # or question's session): still counted, under the system's role.
+    loose = run_dir / IDS["retrieve"] / "gateway_calls.jsonl"
+    if loose.exists():
+        entries.append(stage_entry(f"{IDS['retrieve']}_gateway", system_role or "memory",
+                                   [{"llm_calls": read_jsonl(loose)}], prices, batched))
     total = {k: sum(e[k] for e in entries) for k in ("calls", "paid", "cached", "batch", "prompt_tokens",
                                                       "completion_tokens",
                                                       "paid_prompt_tokens", "paid_completion_tokens")}

@@ -335,6 +335,9 @@ def retrieve(run: Run) -> None:
         _retrieve_rows(run, system, questions, views)
         if system.ctx.gateway is not None:
             print(f"{ID['retrieve']}: gateway {system.ctx.gateway.summary()}", flush=True)
+            loose = system.ctx.gateway.spent.llm_calls  # calls made with the gateway's own key, no session
+            if loose:  # the ledger counts them too (06_retrieve_gateway)
+                write_jsonl(run.dir / ID["retrieve"] / "gateway_calls.jsonl", loose)
 
 
 def _retrieve_rows(run: Run, system: MemorySystem, questions: list[Question], views: dict[str, MemoryView]) -> None:
