@@ -72,7 +72,7 @@ def systems_table(ctx: Context) -> Table:
     table = Table("systems", "Memory systems: LLM-judge accuracy (%) of every finished run",
                   ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Overall", "Answer model", "Judge",
                    "Fingerprint (run / judge)", "Protocol", "Items / q (mean / p95)",
-                   "Buffer tokens / q (mean / p95)", "Calls / q", "Tokens / q", "$ / q", "Outcomes", "Source"])
+                   "Buffer tokens / q (mean / p95)", "Outcomes", "Calls / q", "Tokens / q", "$ / q", "Source"])
     notes: list[str] = []
     for benchmark in BENCHMARKS:
         root = ctx.results / benchmark
