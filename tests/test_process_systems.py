@@ -433,3 +433,19 @@ def test_a_rendered_template_without_evidence_is_an_empty_buffer():
     assert not outcomes.empty_buffer({**row, "method_info": {"evidence": [{"text": "a fact"}]}})
     assert not outcomes.empty_buffer({**row, "error": "child_crash: exited"})
     assert outcomes.empty_buffer({"buffer_text": "  ", "episode_ids": []})  # a built-in system's
+
+
+@pytest.mark.systems
+def test_a_package_pip_cannot_install_is_named_in_one_line(tmp_path, monkeypatch):
+    """A real pip in a real environment (a few seconds: make test-slow): the build stops with
+    one line naming the package, pip's output kept in the log."""
+    root = tmp_path / "systems"
+    (root / "broken").mkdir(parents=True)
+    (root / "broken" / "adapter.py").write_text("")
+    (root / "broken" / "requirements.txt").write_text("simplemem==9.9.9\n")
+    monkeypatch.setenv("HARNESS_SYSTEMS_ROOT", str(root))
+    monkeypatch.setenv("HARNESS_SYSTEMS_ENVS", str(tmp_path / "envs"))
+    with pytest.raises(envs.SystemEnvError) as err:
+        envs.build("broken", quiet=True)
+    assert "pip could not install simplemem==9.9.9" in str(err.value) and "\n" not in str(err.value)
+    assert (tmp_path / "envs" / "broken" / "pip.log").read_text() and not envs.ready("broken")

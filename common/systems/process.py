@@ -239,7 +239,8 @@ class ProcessSystem(MemorySystem):
         return {**self.opts, "system": self.system, **digests}
 
     def extra(self) -> dict[str, Any]:
-        return {**super().extra(), "process": {"system": self.system, **self.hello}}
+        return {**super().extra(), "process": {"system": self.system,
+                                               **{k: v for k, v in self.hello.items() if k != "ok"}}}
 
     # ---- children
     def _gateway(self) -> Any:
