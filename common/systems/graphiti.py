@@ -82,10 +82,11 @@ _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%Y/%m/%d (%a) %H:%M", "%Y-%m-%d %H:%M
 
 
 def _import_graphiti() -> Any:
-    """``graphiti_core`` with telemetry off (read when the package is imported) and quiet logs."""
+    """``graphiti_core`` with telemetry off (read when the package is imported) and quiet logs:
+    its errors only, which the harness counts per memory (``common.systems.outcomes``)."""
     os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"
     for name in ("graphiti_core", "neo4j"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+        logging.getLogger(name).setLevel(logging.ERROR)
     import graphiti_core
 
     return graphiti_core
