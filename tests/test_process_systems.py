@@ -143,7 +143,6 @@ def test_the_child_gets_no_secret_of_the_user(child_env):
     from common.systems import process
 
     seen = {}
-    real = process.Child.__init__
 
     def spy(self, argv, env, *args, **kwargs):
         seen.update(env)
@@ -171,7 +170,6 @@ def test_the_child_gets_no_secret_of_the_user(child_env):
         mp.setattr(process.Child, "__init__", spy)
         with pytest.raises(RuntimeError, match="stop here"):
             system.ingest(MemoryView("m", []), child_env["tmp"] / "state" / "m")
-    assert process.Child.__init__ is not spy and real is not None
     assert seen["OPENAI_API_KEY"] == seen["HARNESS_GATEWAY_TOKEN"] == "per-run-token"
     assert seen["OPENAI_BASE_URL"] == "http://127.0.0.1:9/v1" and seen["HARNESS_GATEWAY_URL"] == "http://127.0.0.1:9"
     assert seen["HARNESS_EMBED_DIM"] == "8" and seen["HARNESS_SYSTEM_DIR"].endswith("/m/store")
