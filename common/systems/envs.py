@@ -3,8 +3,8 @@
     python -m common.systems.envs <name>        # what `make system-env NAME=<name>` runs
 
 ``systems/<name>/requirements.txt`` pins the system's packages exactly (``package==version``, one
-per line; comments and blank lines allowed); ``systems/<name>/adapter.py`` is the child process the
-harness talks to (``common.systems.process``). The environment is ``python3 -m venv`` plus
+per line; comments, blank lines and pip option lines ``--...`` allowed); ``systems/<name>/adapter.py``
+is the child process the harness talks to (``common.systems.process``). The environment is ``python3 -m venv`` plus
 ``pip install -r requirements.txt``, stamped with the checksum of that file like the harness's
 ``.venv``: built once, rebuilt when the pins change, built on first use by a run when missing.
 pip's output goes to ``.systems/<name>/pip.log``; the console shows one line per package pip
@@ -70,7 +70,7 @@ def requirements(name: str) -> list[str]:
     out = []
     for i, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
-        if not line:
+        if not line or line.startswith("--"):  # blank, or a pip option line (e.g. --only-binary=:all:)
             continue
         if not PIN.match(line):
             raise SystemEnvError(f"{path}:{i}: {line!r} is not an exact pin package==version")
