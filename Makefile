@@ -63,7 +63,7 @@ STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
 check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages are: $(STAGES)))
 
-.PHONY: help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
+.PHONY: system-env help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
         baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep
@@ -293,6 +293,10 @@ bench-beam-index:  ## the index build over BEAM's 500K tier (35 chats) from the 
 
 bench-embeddings:  ## texts/s of the index build per embedding runtime (torch, onnx, onnx-int8) and retrieval equality -> results/bench/embeddings.{json,md}
 	HF_HUB_OFFLINE=1 $(PY) -m bench.embedding_speed $(BENCH_ARGS)
+
+system-env: $(VENV)/.installed  ## a memory system's own environment, .systems/$(NAME)/venv from systems/$(NAME)/requirements.txt (NAME=<system>; a run builds it on first use)
+	@test -n "$(NAME)" || { echo "usage: make system-env NAME=<system> (a folder of systems/)"; exit 2; }
+	$(PY) -m common.systems.envs $(NAME)
 
 lint: $(VENV)/.installed  ## ruff and mypy, configured in pyproject.toml (both must be clean; installs first if needed)
 	$(VENV)/bin/python -m ruff check .

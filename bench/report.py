@@ -121,6 +121,8 @@ def _gateway(item: dict[str, Any]) -> list[str]:
     rows = [["mean latency per call, straight through the client", f"{direct * 1000:.1f} ms"],
             ["mean latency per call, through the gateway (openai SDK)", f"{via * 1000:.1f} ms"],
             ["gateway overhead per call", f"{o['overhead_per_call_seconds'] * 1000:.1f} ms"]]
+    if "server_per_call_seconds" in o:
+        rows.append(["of which the gateway's own request handling", f"{o['server_per_call_seconds'] * 1000:.1f} ms"])
     if "skipped" in i:
         rows.append(["LangMem ingestion ratio", f"not measured: {i['skipped']}"])
     else:

@@ -37,7 +37,9 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          # Graphiti and its embedded graph store (method.name=graphiti only, after telemetry is set off).
          "graphiti_core", "kuzu",
          # Ray (run.executor: ray only): a second or more to import, and a local cluster to start.
-         "ray"}
+         "ray",
+         # SimpleMem on LanceDB (method.name=simplemem only; its modules are patched when first imported).
+         "simplemem"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and
 # must not move with the package layout), each with the ONE layer it may import. They are thin:
 # imports of that layer only, no definitions, nothing imports them.

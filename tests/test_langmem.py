@@ -68,6 +68,14 @@ def test_langmem_ingests_searches_and_answers_through_the_gateway(langmem_run):
     for mid in {s["memory_id"] for s in sessions}:
         saved = json.loads((run.dir / "06_retrieve" / "memory" / mid / "store.json").read_text())
         assert saved and all(it["value"]["kind"] == "Memory" for it in saved)
+        # LangMem logs an ERROR from its extraction (the fake's tool call names a schema it does not
+        # know) and goes on: counted per memory with the items it stored, never a silent success.
+        marker = json.loads((run.dir / "06_retrieve" / "memory" / mid / "ingested.json").read_text())
+        assert marker["outcome"]["items"] == len(saved)
+        assert marker["outcome"]["errors"] == {"logged_error": 1}
+        assert marker["outcome"]["error_samples"][0].startswith("logged_error: extraction: ")
+    metrics = json.loads(run.path("metrics").read_text())
+    assert metrics["memory_system"]["ingest_errors"] == {"logged_error": 2}
     assert len(rows(run.path("answers"))) == 11
     entry = next(e for e in ledger.ledger(run.dir)["stages"] if e["stage"] == "06_retrieve_ingest")
     assert entry["role"] == "memory" and entry["calls"] == len(sessions)

@@ -20,6 +20,7 @@ HAVE_MEM0 = importlib.util.find_spec("mem0") is not None
 HAVE_AMEM = importlib.util.find_spec("agentic_memory") is not None
 HAVE_LANGMEM = importlib.util.find_spec("langmem") is not None
 HAVE_GRAPHITI = importlib.util.find_spec("graphiti_core") is not None
+HAVE_SIMPLEMEM = importlib.util.find_spec("simplemem") is not None
 
 
 @pytest.mark.parametrize("system", system_digests.SYSTEMS)
@@ -177,7 +178,9 @@ def _poison_locomo(path, out):
     return out
 
 
-SYSTEMS_UNDER_POISON = [n for n in registry.REGISTERED if n != "oracle"] + ["docs example"]
+# SimpleMem imports LanceDB and pandas (20 s on a loaded machine): make test-slow runs it.
+SYSTEMS_UNDER_POISON = [pytest.param(n, marks=pytest.mark.systems) if n == "simplemem" else n
+                        for n in registry.REGISTERED if n != "oracle"] + ["docs example"]
 
 
 @pytest.mark.parametrize("name", SYSTEMS_UNDER_POISON)
@@ -193,6 +196,10 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
         if not HAVE_GRAPHITI:
             pytest.skip("graphiti-core not installed (requirements-systems.txt)")
         attempts, ports = through_the_gateway(monkeypatch, fake_server.base_url)  # no other socket
+    if name == "simplemem":
+        if not HAVE_SIMPLEMEM:
+            pytest.skip("simplemem not installed (requirements-systems.txt)")
+        attempts, ports = through_the_gateway(monkeypatch, fake_server.base_url)  # no other socket
     if name == "docs example":
         name = docs_example(tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
@@ -201,7 +208,7 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
     for label, data in (("clean", TINY_LOCOMO), ("poisoned", poisoned)):
         start = len(fake_server.requests)
         # LangMem: the fake server's embeddings (through the gateway); its model is not the point.
-        fast = {"embedding.backend": "openai"} if name in ("langmem", "graphiti") else {}
+        fast = {"embedding.backend": "openai"} if name in ("langmem", "graphiti", "simplemem") else {}
         # graphiti: one conversation, every session, one question (its search reranks per candidate)
         few = {"data.question_limit": 1, "data.memories": "[tiny-1]"} if name == "graphiti" else {}
         sets = run_overrides(tmp_path / label, data, **{"method.name": name, **fast, **few})
@@ -212,7 +219,7 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
                            if b.get("input") != ["dimension probe"]))
     assert sent[0] and sent[0] == sent[1], f"a gold field changed what {name} sent to the model"
     assert "POISON" not in json.dumps(sent[1])
-    if name == "graphiti":  # through the real gateway only
+    if name in ("graphiti", "simplemem"):  # through the real gateway only
         fake = (urlparse(fake_server.base_url).hostname, urlparse(fake_server.base_url).port)
         assert ports and set(attempts) <= {fake} | {("127.0.0.1", p) for p in ports}, set(attempts)
 

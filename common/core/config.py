@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 import warnings
 from collections.abc import Sequence
@@ -358,7 +359,7 @@ class MethodConfig:
 
     # A registered system (common.systems.registry) or a user's class as package.module:Class.
     name: Union[Literal["ensimem", "full_context", "rag_turns", "no_memory", "oracle", "mem0", "amem",
-                        "langmem", "graphiti"],
+                        "langmem", "graphiti", "simplemem"],
                 ImportPath] = "ensimem"
     context_tokens: int = 120000  # full_context budget (o200k tokens); fits 128k-window models
     rag_k: int = 10  # rag_turns: turns retrieved per question
@@ -478,6 +479,14 @@ class SystemsConfig:
     # Memories ingested at the same time (each memory's own calls stay in order: a system's
     # ingestion of one memory is sequential by design). Not in the fingerprint.
     ingest_concurrency: int = 4
+    # A system in its own process (systems/<name>/): seconds the child may take to answer one
+    # request (hello, search, close), and one ingestion of a memory; then it is killed and the
+    # memory or question counted failed (child_timeout). Not in the fingerprint.
+    child_timeout: float = 300.0
+    child_ingest_timeout: float = 3600.0
+    # Parity: every system's buffer cut to this many o200k tokens, keeping its own ranking's
+    # first items (0: off). It changes the buffers, so it is in the fingerprint when set.
+    buffer_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -605,14 +614,25 @@ def _check_type(where: str, tp: Any, value: Any) -> Any:
     raise ConfigError(f"{where}: expected {getattr(expected, '__name__', expected)}, got {value!r}")
 
 
+def _own_environment(name: str) -> bool:
+    """A system in its own environment: ``systems/<name>/adapter.py`` (``HARNESS_SYSTEMS_ROOT``
+    moves the folder; common.systems.envs builds and runs it)."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+        return False
+    root = Path(os.environ.get("HARNESS_SYSTEMS_ROOT") or REPO_ROOT / "systems")
+    return ((root if root.is_absolute() else REPO_ROOT / root) / name / "adapter.py").is_file()
+
+
 def _system_name(where: str, names: Any, value: Any) -> Any:
     if value in typing.get_args(names):
+        return value
+    if isinstance(value, str) and _own_environment(value):
         return value
     module, _, attr = str(value).partition(":") if isinstance(value, str) else ("", "", "")
     if module and attr.isidentifier() and all(p.isidentifier() for p in module.split(".")):
         return str(value)  # a plain str: it is written to YAML and JSON
-    raise ConfigError(f"{where}: {value!r} is not one of {', '.join(typing.get_args(names))} "
-                      "nor an import path package.module:Class")
+    raise ConfigError(f"{where}: {value!r} is not one of {', '.join(typing.get_args(names))}, "
+                      "a folder systems/<name>/ with adapter.py, nor an import path package.module:Class")
 
 
 def build(cls: type, data: dict[str, Any], where: str = "") -> Any:
@@ -745,6 +765,10 @@ def validate(cfg: Config) -> None:
             cache_store.parse_url(cfg.llm.cache_url, "llm.cache_url")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    if cfg.systems.child_timeout <= 0 or cfg.systems.child_ingest_timeout <= 0:
+        raise ConfigError("systems.child_timeout / systems.child_ingest_timeout: must be > 0 seconds")
+    if cfg.systems.buffer_tokens < 0:
+        raise ConfigError("systems.buffer_tokens: must be >= 0 (0: no parity cap)")
     if cfg.llm.batch_max_requests < 1:
         raise ConfigError("llm.batch_max_requests: must be >= 1")
     if cfg.judge.runs < 1:

@@ -127,6 +127,9 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
                   if r not in SWITCHED_ROLES or _switched(cfg, r)},
         # A section added later (prompts) is left out while it holds only defaults.
         "method": {s: sec for s in METHOD_SECTIONS if (sec := _method_section(cfg, s)) or s != "prompts"},
+        # The parity cap on every system's buffer (systems.buffer_tokens): only when set, so the
+        # fingerprints of runs without it stay as they were.
+        **({"parity": {"buffer_tokens": cfg.systems.buffer_tokens}} if cfg.systems.buffer_tokens else {}),
     }
 
 

@@ -141,6 +141,9 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     clean = "n/a" if o.get("accuracy_clean") is None else f"{100 * o['accuracy_clean']:.1f}"
     lo_hi = (f"[{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci.get("low") is not None else "n/a")
     failures = ", ".join(f"{k} {v}" for k, v in m.get("failures", {}).items()) or "none"
+    system = system_outcomes(metrics.get("memory_system"))
+    if system:  # what the memory system did wrong is counted, never a silent "none"
+        failures = (f"{failures}; memory system: {system}" if failures != "none" else f"memory system: {system}")
     fp = metrics.get("fingerprint", {})
     cov = metrics.get("coverage", {})
     cl = o.get("ci_cluster") or {}
@@ -165,6 +168,22 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     elif dataset.get("status") == "sample":  # a bundled sample (data.sample), named as one
         line += f" Data: {dataset.get('note')}."
     return line
+
+
+def system_outcomes(block: Optional[Mapping[str, Any]]) -> str:
+    """The memory system's counted outcomes (``metrics.memory_system``, written by 09 from 06's rows
+    and the memories' markers): empty memories and buffers, errors logged or reported while
+    ingesting, memories whose ingestion failed; '' when there is none."""
+    if not block:
+        return ""
+    memories, questions = block.get("memories_counted") or block.get("memories") or 0, block.get("questions") or 0
+    parts = []
+    for name, v in (block.get("outcomes") or {}).items():
+        of = memories if name == "empty_memory" else questions
+        parts.append(f"{name} {v}" + (f" of {of}" if of else ""))
+    parts += [f"ingest {k} {v}" for k, v in (block.get("ingest_errors") or {}).items()]
+    parts += [f"ingest failed ({k}) {v}" for k, v in (block.get("ingest_failed") or {}).items()]
+    return ", ".join(parts)
 
 
 def method_label(cfg: Any, metrics: Optional[Mapping[str, Any]] = None) -> str:

@@ -169,6 +169,17 @@ def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[
     return entry
 
 
+def _system_role(run_dir: Path) -> Optional[str]:
+    """The LLM role of the memory system that made 06 (its manifest's ``system_role``), None for
+    systems without a role and for runs made before the manifest said (EnSIMem's is ``bridge``)."""
+    path = artifacts.manifest_path(run_dir, IDS["retrieve"])
+    if not path.exists():
+        return None
+    info = json.loads(path.read_text(encoding="utf-8"))
+    role = info.get("system_role")
+    return str(role) if role else None
+
+
 def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Every LLM stage's entry plus totals; missing stage files are listed, not guessed."""
     prices = prices if prices is not None else load_prices()
@@ -178,7 +189,10 @@ def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, 
     batched = batch_keys(run_dir / "batches")
     files = [(node.instance(j), node.output(run_dir, j), str(node.role))
              for node in llm_stages() for j in (judges if "judge" in node.writes else [""])]
+    system_role = _system_role(run_dir)
     for stage, path, role in files:
+        if stage == IDS["retrieve"] and system_role:
+            role = system_role  # a memory system's searches: its own role, not EnSIMem's bridge
         if not path.exists():
             missing.append(path.name)
             continue
@@ -190,8 +204,14 @@ def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, 
     markers = sorted((run_dir / IDS["retrieve"] / "memory").glob("*/ingested.json"))
     if markers:
         spent = [json.loads(m.read_text(encoding="utf-8")).get("spent", {}) for m in markers]
-        entries.append(stage_entry(f"{IDS['retrieve']}_ingest", "memory",
+        entries.append(stage_entry(f"{IDS['retrieve']}_ingest", system_role or "memory",
                                    [{"llm_calls": s.get("llm_calls", [])} for s in spent], prices, batched))
+    # Calls an outside system made through the gateway with its run-wide key (outside any memory's
+    # or question's session): still counted, under the system's role.
+    loose = run_dir / IDS["retrieve"] / "gateway_calls.jsonl"
+    if loose.exists():
+        entries.append(stage_entry(f"{IDS['retrieve']}_gateway", system_role or "memory",
+                                   [{"llm_calls": read_jsonl(loose)}], prices, batched))
     total = {k: sum(e[k] for e in entries) for k in ("calls", "paid", "cached", "batch", "prompt_tokens",
                                                       "completion_tokens",
                                                       "paid_prompt_tokens", "paid_completion_tokens")}

@@ -65,7 +65,8 @@ from common.pipeline.engine import (
 )
 from common.pipeline.graph import IDS as ID  # manifest and summary names: declared in the graph only
 from common.pipeline.graph import by_name
-from common.systems.base import Context, MemorySystem, Spent
+from common.systems import outcomes
+from common.systems.base import Context, MemorySystem, Spent, cap_buffer
 from common.systems.gateway import Gateway
 from common.systems.registry import system_class, uses_stage
 
@@ -284,14 +285,23 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
     def one(mid: str, d: str) -> Optional[Spent]:
         if failed.is_set():  # left for the rerun, like every memory after a failure
             return None
+        state = system.ctx.state_dir / mid
         try:
-            state = system.ctx.state_dir / mid
             shutil.rmtree(state, ignore_errors=True)
             state.mkdir(parents=True)
-            used = system.ingest(views[mid], state)
-            write_json(state / "ingested.json", {"memory_id": mid, "digest": d, "spent": dataclasses.asdict(used)})
-        except BaseException:
+            # Every call through ctx.llm and every error the system logs lands in this memory's
+            # account, whatever the system itself reports.
+            with outcomes.active(outcomes.Account()) as account:
+                used = system.ingest(views[mid], state)
+            _count_recorded(used, account)
+            write_json(state / "ingested.json", {"memory_id": mid, "digest": d, "spent": dataclasses.asdict(used),
+                                                 "outcome": account.outcome()})
+        except BaseException as exc:
             failed.set()
+            # Counted with its cause (a process system's child_crash, child_timeout, ...); the
+            # next run wipes the memory's state, this file with it, and ingests it again.
+            write_json(state / "failed.json", {"memory_id": mid, "cause": getattr(exc, "cause", type(exc).__name__),
+                                               "error": " ".join(str(exc).split())[:500]})
             raise
         print(f"{ID['retrieve']}: ingested {mid} ({used.calls} calls, {used.seconds:.1f}s)", flush=True)
         return used
@@ -301,7 +311,8 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
     ticks = progress.bar(total=sessions, desc=f"{ID['retrieve']} ingest {system.name}", unit="session",
                          enabled=run.progress)
     system.ctx.advance = ticks.update
-    with ticks, ThreadPoolExecutor(max_workers=max(1, min(run.cfg.systems.ingest_concurrency, len(todo)))) as pool:
+    with ticks, outcomes.capture_logged_errors(), \
+            ThreadPoolExecutor(max_workers=max(1, min(run.cfg.systems.ingest_concurrency, len(todo)))) as pool:
         futures = [(mid, d, pool.submit(one, mid, d)) for mid, d in todo]
         for mid, d, future in futures:
             try:
@@ -320,6 +331,17 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
             "spent_this_time": spent.totals(), "wall_seconds": round(time.time() - started, 2)}
 
 
+def _count_recorded(spent: Spent, account: outcomes.Account) -> None:
+    """The calls the harness recorded under ``ctx.llm`` join those the system listed itself
+    (each once), and its counts cover them: a system that fills nothing in is still counted."""
+    spent.llm_calls = outcomes.merge_calls(spent.llm_calls, account.calls)
+    spent.calls = max(spent.calls, len(spent.llm_calls))
+    spent.prompt_tokens = max(spent.prompt_tokens,
+                              sum((c.get("usage") or {}).get("prompt_tokens", 0) for c in spent.llm_calls))
+    spent.completion_tokens = max(spent.completion_tokens,
+                                  sum((c.get("usage") or {}).get("completion_tokens", 0) for c in spent.llm_calls))
+
+
 def retrieve(run: Run) -> None:
     check_protocol(run)
     questions = load_questions(run)
@@ -327,14 +349,18 @@ def retrieve(run: Run) -> None:
     system = _system(run)
     if system.role:
         run.client((system.role,))
-        system.ctx.llm = run.llm
+        system.ctx.llm = outcomes.Recorder(run.llm)
     with contextlib.ExitStack() as stack:
         if system.uses_gateway:  # its own OpenAI client reaches the harness's through this endpoint
             system.ctx.gateway = stack.enter_context(Gateway(run.llm, system.ctx.embedder, system=system.name,
                                                              role=system.role or "memory"))
+        stack.callback(system.close)  # a process system's children are reaped, whatever happened
         _retrieve_rows(run, system, questions, views)
         if system.ctx.gateway is not None:
             print(f"{ID['retrieve']}: gateway {system.ctx.gateway.summary()}", flush=True)
+            loose = system.ctx.gateway.spent.llm_calls  # calls made with the gateway's own key, no session
+            if loose:  # the ledger counts them too (06_retrieve_gateway)
+                write_jsonl(run.dir / ID["retrieve"] / "gateway_calls.jsonl", loose)
 
 
 def _retrieve_rows(run: Run, system: MemorySystem, questions: list[Question], views: dict[str, MemoryView]) -> None:
@@ -342,17 +368,21 @@ def _retrieve_rows(run: Run, system: MemorySystem, questions: list[Question], vi
     by_memory = ingested.get("digests", {})
     lock = threading.Lock()
     if system.role:
-        system.ctx.llm = _CallsOutsideLock(run.llm, lock)
+        system.ctx.llm = outcomes.Recorder(_CallsOutsideLock(run.llm, lock))
+    budget = run.cfg.systems.buffer_tokens
 
     def work(q: Question) -> RetrievalRow:
-        with lock:
-            return system.row(q, views[q.memory_id])
+        with lock, outcomes.active(outcomes.Account()) as account:
+            row = system.row(q, views[q.memory_id])
+        row.llm_calls = outcomes.merge_calls(list(row.llm_calls), account.calls)
+        return cap_buffer(row, budget) if budget else row
 
     def row_digest(q: Question) -> str:
-        own = system.digest(q)
+        own = system.digest(q) + (f"|parity{budget}" if budget else "")
         return digest([own, q.question, q.question_date, by_memory[q.memory_id]]) if by_memory else own
 
     extra = system.extra()
+    extra["system_role"] = system.role
     if ingested:
         extra["ingest"] = {k: v for k, v in ingested.items() if k != "digests"}
     run_rows(run, ID["retrieve"], run.path("retrievals"), "qid", questions, lambda q: q.qid, work,
@@ -453,6 +483,8 @@ def aggregate(run: Run) -> None:
     metrics["coverage"] = scoring.coverage(run.cfg.benchmark, first["overall"]["n"], dataclasses.asdict(run.cfg.data),
                                            missing=(first.get("failures") or {}).get("missing_judgment", 0))
     metrics["dataset"] = checksums.run_dataset(adapter(run.cfg.benchmark), run.cfg, dataset_sha256(run))
+    # The memory system's outcomes (empty memories and buffers, ingestion errors), counted.
+    metrics["memory_system"] = outcomes.summary(run.dir)
     led, ledger_files = ledger.write(run.dir)
     metrics["ledger"] = {"total": led["total"], "efficiency": led["efficiency"], "file": "ledger.json"}
     note = run.cfg.run.note

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Optional
 
 from common.core.config import Config
 from common.core.schema import Question, RetrievalRow, Turn
-from common.core.tokens import count_tokens
+from common.core.tokens import count_tokens, get_encoding
 from common.method.render import MemoryView
 
 # Stages every system goes through: the protocol is the harness's. A system adds the method
@@ -174,6 +174,9 @@ class MemorySystem:
         """Fields of 06's manifest that describe this run of the system."""
         return {"mode": self.name, "reads_gold": self.reads_gold}
 
+    def close(self) -> None:
+        """Called once when 06 is done with the system (a process system's children are reaped)."""
+
     def row(self, question: Question, view: MemoryView) -> RetrievalRow:
         """The 06 row of one question (built-in systems write their own; others get this)."""
         started = time.perf_counter()
@@ -203,3 +206,47 @@ def render(question: Question, name: str, found: Found, seconds: float) -> Retri
                         buffer_text=text, buffer_tokens=count_tokens(text) if text else 0,
                         seconds=found.spent.seconds or seconds, method_info=info,
                         llm_calls=list(found.spent.llm_calls))
+
+
+def cap_buffer(row: RetrievalRow, budget: int) -> RetrievalRow:
+    """The parity option (``systems.buffer_tokens``): the row's buffer cut to ``budget`` o200k tokens.
+
+    An outside system's evidence keeps its own ranking: its first items, as many as fit whole,
+    rendered as the harness renders evidence (a system's own template, e.g. Zep's, is replaced:
+    it cannot be cut item by item); a first item longer than the budget is cut. A buffer without
+    an evidence list (EnSIMem's episodes, the baselines) is cut at the budget. Under the budget a
+    row is left as it was; ``method_info.parity`` says what was done.
+    """
+    if budget <= 0:
+        return row
+    info = dict(row.method_info)
+    before = row.buffer_tokens
+    if before <= budget:
+        row.method_info = {**info, "parity": {"buffer_tokens": budget, "cut": False, "tokens_before": before}}
+        return row
+    evidence = info.get("evidence")
+    note: dict[str, Any] = {"buffer_tokens": budget, "cut": True, "tokens_before": before}
+    if isinstance(evidence, list) and evidence:
+        items = [Evidence(**{k: v for k, v in e.items() if k in Evidence.__dataclass_fields__}) for e in evidence]
+        kept = 0
+        while kept < len(items) and count_tokens(render_evidence(items[: kept + 1])) <= budget:
+            kept += 1
+        text = render_evidence(items[:kept]) if kept else _cut(render_evidence(items[:1]), budget)
+        kept_items = items[: max(kept, 1)]
+        info["evidence"] = [asdict(e) for e in kept_items]
+        row.dia_ids = list(dict.fromkeys(d for e in kept_items for d in e.dia_ids))
+        note.update(items_before=len(items), items_kept=len(kept_items), first_item_cut=not kept)
+    else:
+        text = _cut(row.buffer_text, budget)
+    row.buffer_text, row.buffer_tokens = text, count_tokens(text)
+    row.method_info = {**info, "parity": note}
+    return row
+
+
+def _cut(text: str, budget: int) -> str:
+    """The first ``budget`` o200k tokens of ``text`` (fewer if decoding splits a character)."""
+    enc = get_encoding()
+    ids = enc.encode(text)[:budget]
+    while ids and count_tokens(enc.decode(ids)) > budget:
+        ids = ids[:-1]
+    return enc.decode(ids)

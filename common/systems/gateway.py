@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
+from common.core import llm as llm_module
 from common.core.llm import LLMCallError
 from common.systems.base import Spent
 
@@ -123,6 +124,9 @@ class Gateway:
         self.stop()
 
     def start(self) -> "Gateway":
+        # The SDK is imported lazily (common.core.lazy) and Python 3.11's LazyLoader is not thread
+        # safe: the pool's first chat and embedding requests would race on it. Load it once here.
+        assert llm_module.openai.OpenAI is not None
         loop = asyncio.new_event_loop()
         ready = threading.Event()
 
@@ -181,6 +185,14 @@ class Gateway:
         finally:
             with self._lock:
                 self._sessions.pop(token, None)
+
+    def rebind(self, token: str, spent: Spent) -> None:
+        """Record the further calls of a live session's ``token`` in ``spent`` (a long-lived child
+        process keeps its token; each of its searches has its own account)."""
+        with self._lock:
+            if token not in self._sessions:
+                raise KeyError("rebind: not a live session token of this gateway")
+            self._sessions[token] = spent
 
     def summary(self) -> dict[str, Any]:
         with self._lock:

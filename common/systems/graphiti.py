@@ -38,6 +38,7 @@ from common.core.config import Config
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
+from common.systems import outcomes
 from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, render, turn_text
 
 GRAPHITI_VERSION = "0.31.2"
@@ -81,10 +82,11 @@ _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%Y/%m/%d (%a) %H:%M", "%Y-%m-%d %H:%M
 
 
 def _import_graphiti() -> Any:
-    """``graphiti_core`` with telemetry off (read when the package is imported) and quiet logs."""
+    """``graphiti_core`` with telemetry off (read when the package is imported) and quiet logs:
+    its errors only, which the harness counts per memory (``common.systems.outcomes``)."""
     os.environ["GRAPHITI_TELEMETRY_ENABLED"] = "false"
     for name in ("graphiti_core", "neo4j"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+        logging.getLogger(name).setLevel(logging.ERROR)
     import graphiti_core
 
     return graphiti_core
@@ -112,6 +114,21 @@ def compose_context(edges: list[Any], nodes: list[Any]) -> str:
     facts = [f"  - {e.fact} (event_time: {e.valid_at})" for e in edges]
     entities = [f"  - {n.name}: {n.summary}" for n in nodes]
     return ZEP_CONTEXT_TEMPLATE.format(facts="\n".join(facts), entities="\n".join(entities))
+
+
+def _stored_items(db: Any) -> int:
+    """The entities and facts a memory's graph holds (what its search can return)."""
+    import kuzu
+
+    conn = kuzu.Connection(db)
+    try:
+        total = 0
+        for table in ("Entity", "RelatesToNode_"):
+            result: Any = conn.execute(f"MATCH (n:{table}) RETURN count(n)")
+            total += int(result.get_next()[0])
+        return total
+    finally:
+        conn.close()
 
 
 def _ranked(items: list[Any], scores: list[float], key: Callable[[Any], tuple[str, str]]) -> list[Any]:
@@ -215,6 +232,7 @@ class Graphiti(MemorySystem):
         try:
             with self._endpoint().session(spent) as session:
                 asyncio.run(run(session))
+            outcomes.note_items(_stored_items(driver.db))  # entities and facts: 0 is an empty memory
         finally:
             driver.db.close()
         spent.seconds = round(time.perf_counter() - started, 4)

@@ -40,6 +40,7 @@ from common.core.config import Config
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
+from common.systems import outcomes
 from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, turn_text
 
 DEFAULTS = {"top_k": 10}
@@ -153,6 +154,7 @@ class LangMem(MemorySystem):
         dump = [{"key": it.key, "value": it.value, **meta.get(it.key, {"timestamp": "", "dia_ids": []})}
                 for it in sorted(items, key=lambda it: it.key)]
         (state_dir / "store.json").write_text(json.dumps(dump, ensure_ascii=False, indent=1), encoding="utf-8")
+        outcomes.note_items(len(dump))  # 0: an empty memory, counted
         spent.seconds = round(time.perf_counter() - started, 4)
         return spent
 

@@ -10,7 +10,9 @@ import importlib
 import typing
 
 from common.core.config import ConfigError, MethodConfig
+from common.systems import envs
 from common.systems.base import METHOD_STAGES, PROTOCOL_STAGES, MemorySystem
+from common.systems.process import process_class
 
 REGISTERED: dict[str, str] = {
     "ensimem": "common.systems.builtin:EnSIMem",
@@ -22,16 +24,24 @@ REGISTERED: dict[str, str] = {
     "amem": "common.systems.amem:AMem",
     "langmem": "common.systems.langmem:LangMem",
     "graphiti": "common.systems.graphiti:Graphiti",
+    "simplemem": "common.systems.simplemem:SimpleMem",
 }
 
 
 def system_class(name: str) -> type[MemorySystem]:
-    """The class of ``name``; a one-line ConfigError naming ``method.name`` when it is unusable."""
+    """The class of ``name``; a one-line ConfigError naming ``method.name`` when it is unusable.
+
+    A name that is not registered but has ``systems/<name>/adapter.py`` is a system in its own
+    environment and process (``common.systems.process``)."""
+    if name not in REGISTERED and ":" not in name and envs.is_system(name):
+        return process_class(name)
     path = REGISTERED.get(name, name)
     module, _, attr = path.partition(":")
     if not module or not attr:
         raise ConfigError(f"method.name: {name!r} is neither a registered system "
-                          f"({', '.join(REGISTERED)}) nor an import path package.module:Class")
+                          f"({', '.join(REGISTERED)}), a system in its own environment "
+                          f"({', '.join(envs.names()) or 'none under ' + str(envs.systems_root())}) "
+                          f"nor an import path package.module:Class")
     try:
         cls = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:

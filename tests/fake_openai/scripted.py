@@ -103,6 +103,9 @@ def kind_for_prompt_id(prompt_id: Optional[str]) -> str:
 # cannot give (e.g. ids that must point at something in the prompt) register them here.
 SCHEMA_KINDS: dict[str, Callable[[str, dict[str, Any]], Any]] = {}
 GATEWAY_PREFIX = "gateway."
+# A plain-text request (no schema, no tools) whose prompt asks for a JSON shape the generic reply
+# cannot guess: (a marker of that prompt, the reply built from the prompt text). SimpleMem below.
+TEXT_KINDS: list[tuple[str, Callable[[str], Any]]] = []
 
 
 def kind_for_request(prompt_id: Optional[str], body: dict[str, Any]) -> str:
@@ -204,6 +207,9 @@ def generic_reply(body: dict[str, Any], text: str) -> tuple[str, list[dict[str, 
         call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
         return "", [{"id": call_id, "type": "function",
                      "function": {"name": tool.get("name"), "arguments": json.dumps(args)}}]
+    for marker, build in TEXT_KINDS:  # a plain-text request whose prompt names the JSON it wants
+        if marker in text:
+            return json.dumps(build(text)), []
     return f"Noted: {_snippet(text)}", []
 
 
@@ -781,3 +787,27 @@ def schema_content(kind: str, text: str) -> str:
 
 
 SCHEMA_CHAT_KINDS = frozenset({f"schema:{n}" for n in GRAPHITI_SCHEMAS} | {GRAPHITI_RERANK_KIND})
+
+
+# --------------------------------------------------------------------------- SimpleMem (plain-text JSON)
+# SimpleMem (simplemem 0.1.0, common.systems.simplemem) asks in plain text for a JSON array of
+# memory entries per window of dialogues ("[timestamp] Speaker: text" lines under "[Current Window
+# Dialogues]"): one entry per line, its words as the restatement. Its planning and reflection
+# prompts get the generic text (SimpleMem then falls back to searching the question itself).
+SIMPLEMEM_WINDOW = "[Current Window Dialogues]"
+
+
+def reply_simplemem_entries(text: str) -> list[dict[str, Any]]:
+    window = text.split(SIMPLEMEM_WINDOW, 1)[-1].split("[Requirements]", 1)[0]
+    out = []
+    for line in window.splitlines():
+        m = TURN_RE.match(line.strip())
+        if m:
+            when, speaker, said = m.group(1), m.group(2).strip(), m.group(3).strip()
+            out.append({"lossless_restatement": f"{speaker} said on {when}: {said}",
+                        "keywords": WORD_RE.findall(said)[:5], "timestamp": None, "location": None,
+                        "persons": [speaker], "entities": [], "topic": "conversation"})
+    return out
+
+
+TEXT_KINDS.append((SIMPLEMEM_WINDOW, reply_simplemem_entries))

@@ -13,10 +13,12 @@ from typing import Any, Optional
 import yaml
 
 from common.core import fingerprint
+from common.evaluation import scoring
 from common.pipeline import ledger
 from common.report.tables.published import DASH
 from common.report.tables.runs import MAKE_MAIN, Context, MissingRun, RunData, measured, open_run
 from common.report.tables.table import Table, fmt_acc
+from common.systems import outcomes
 
 BENCHMARKS = ("locomo", "longmemeval")
 
@@ -66,15 +68,31 @@ def finished_runs(ctx: Context, benchmark: str) -> list[RunData]:
             for d in (sorted(p for p in root.glob("*") if (p / "metrics.json").exists()) if root.exists() else [])]
 
 
+def _buffers(run: RunData) -> dict[str, str]:
+    """Evidence items and buffer tokens per question (mean / p95) and the memory system's counted
+    outcomes (empty memories and buffers, ingestion errors), from 06's rows and markers."""
+    if fingerprint.imported(run.dir) is not None:
+        return {"Items / q (mean / p95)": DASH, "Buffer tokens / q (mean / p95)": DASH, "Outcomes": DASH}
+    block = outcomes.summary(run.dir)
+
+    def pair(stats: dict[str, Any], fmt: str) -> str:
+        return DASH if stats["mean"] is None else f"{stats['mean']:{fmt}} / {stats['p95']:{fmt}}"
+
+    return {"Items / q (mean / p95)": pair(block["evidence_items"], ".1f"),
+            "Buffer tokens / q (mean / p95)": pair(block["buffer_tokens"], ",.0f"),
+            "Outcomes": scoring.system_outcomes(block) or "none"}
+
+
 def systems_table(ctx: Context) -> Table:
     table = Table("systems", "Memory systems: LLM-judge accuracy (%) of every finished run",
                   ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Coverage", "Overall", "Answer model", "Judge",
-                   "Fingerprint (run / judge)", "Protocol", "Calls / q", "Tokens / q", "$ / q", "Source"])
+                   "Fingerprint (run / judge)", "Protocol", "Items / q (mean / p95)",
+                   "Buffer tokens / q (mean / p95)", "Outcomes", "Calls / q", "Tokens / q", "$ / q", "Source"])
     notes: list[str] = []
     for benchmark in BENCHMARKS:
         for run in finished_runs(ctx, benchmark):
             about = _settings(run)
-            cost = _spent(run)
+            spent = {**_spent(run), **_buffers(run)}
             for judge in run.judge_names():
                 ref = f"S{len(table.rows) + 1}"
                 m = measured(run, judge)
@@ -84,7 +102,7 @@ def systems_table(ctx: Context) -> Table:
                        "Overall": fmt_acc(m.summary),
                        "Answer model": ident.answer_model, "Judge": ident.judge_model,
                        "Fingerprint (run / judge)": _fingerprint(run, judge), "Protocol": ident.protocol,
-                       **cost}
+                       **spent}
                 table.rows.append(row)
                 table.add_cell(ref, "Overall", row["Overall"], m.source)
                 if run.coverage_warning:
@@ -100,7 +118,11 @@ def systems_table(ctx: Context) -> Table:
         "Each cell is accuracy % [95% CI when metrics.json has one] (k/n), recounted from 01_gold.jsonl + "
         "08_judge_<judge>.jsonl; failed judgments count as wrong. Calls, tokens and $ per question: every "
         "LLM call of the run (ingestion by an outside system included, through the gateway or its "
-        "in-process client) from the ledger, $ uncached at the price file's rates.",
+        "in-process client) from the ledger, $ uncached at the price file's rates. Items and buffer tokens per "
+        "question (mean / p95): what the answer model read (evidence items, or EnSIMem's episodes; o200k tokens); "
+        "a system's outcomes are counted, not failures of the judge: empty_memory (a memory holding no item "
+        "after ingestion), empty_buffer (a search with no evidence), errors logged or reported while ingesting. "
+        "systems.buffer_tokens=N caps every buffer at N tokens, each system's own ranking kept (like-for-like rows).",
         "Rows are comparable when benchmark, answer model, judge and protocol agree; the run fingerprint also "
         "covers the system's settings and answer prompt. Paired difference, CI and McNemar between any two: "
         "`make compare A=results/<benchmark>/<run> B=results/<benchmark>/<other run>`.",

@@ -1,0 +1,371 @@
+"""A memory system in its own environment and process: ``method.name=<name>`` with ``systems/<name>/``.
+
+The harness starts ``.systems/<name>/venv/bin/python systems/<name>/adapter.py`` (the environment
+is built on first use, ``common.systems.envs``) and talks to it in JSON lines on stdin/stdout, one
+request then one reply (the protocol is in docs/memory-systems.md):
+
+    {"op": "hello", "options": {...}}                 -> {"ok": true, "system": "...", "version": "..."}
+    {"op": "ingest", "memory_id", "sessions": [...]}  -> {"ok": true, "items": <int>, "errors": [<str>]}
+    {"op": "search", "memory_id", "question", "question_date", "limit"}
+                                                      -> {"ok": true, "evidence": [...], "context": "..."}
+    {"op": "close"}                                   -> {"ok": true}, then the child exits
+
+Any reply may be ``{"ok": false, "error": "..."}``. The child's environment holds the gateway's
+URL and a token made for this run (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``HARNESS_GATEWAY_*``),
+its store directory, the models' names and the embedding size, and nothing of the user's
+environment but ``PATH`` (no API key: its LLM and embedding calls can only reach the gateway,
+which serves them with the harness's client and embedding model, cached and in the ledger).
+
+Children: one per memory ingested (started, asked to ingest, closed), then one per memory
+searched, kept for that memory's next questions; at most ``systems.ingest_concurrency`` search
+children are alive (the least recently used one is closed), all are closed when 06 ends. Every child is its own
+process group, killed with its group when it is done, when it fails, and when the harness exits.
+
+Failures, each counted with its cause and never a hung run: ``child_crash`` (the child exited or
+closed its output), ``child_timeout`` (no reply within ``systems.child_timeout`` seconds, or
+``systems.child_ingest_timeout`` for an ingestion), ``child_bad_output`` (a reply that is not one
+JSON object of the right shape), ``child_error`` (the child's own ``ok: false``). A failed
+ingestion fails that memory (redone by the next run); a failed search fails that question's row.
+The child's stderr goes to a log beside the memory's state; lines that log an error (``ERROR``,
+``CRITICAL``, a traceback) are counted per memory (``logged_error``) with the errors the ingest
+reply lists (``system_error``).
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any, Callable, ClassVar, Optional
+
+from common.core.schema import Question, RetrievalRow
+from common.core.tokens import count_tokens
+from common.method.render import MemoryView
+from common.systems import envs, outcomes
+from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, render, turn_text
+
+# Environment variables a child may also have: extra ones a test or a user sets here (e.g. the
+# tests' PYTHONPATH with a socket guard), never the user's environment as a whole.
+CHILD_ENV: dict[str, str] = {}
+LOGGED_ERROR = re.compile(r"\b(ERROR|CRITICAL|FATAL)\b|^Traceback \(most recent call last\)")
+CLOSE_SECONDS = 10.0  # a child asked to close gets this long to exit before its group is killed
+_children: "weakref.WeakSet[Child]" = weakref.WeakSet()
+
+
+class ChildFailure(RuntimeError):
+    """A child that crashed, hung, or answered out of protocol; ``cause`` is the counted cause."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(f"{cause}: {message}")
+        self.cause = cause
+
+
+def _tail(path: Path, n: int = 400) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return " ".join(text[-n:].split())
+
+
+class Child:
+    """One adapter process: requests in, replies out, stderr to ``log``, reaped in every case."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path, label: str) -> None:
+        self.label, self.log = label, log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._err: IO[bytes] = log.open("ab")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                     env=env, cwd=str(cwd), start_new_session=True)
+        self._lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name=f"child-{label}", daemon=True)
+        self._reader.start()
+        _children.add(self)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def request(self, message: dict[str, Any], timeout: float,
+                check: Callable[[dict[str, Any]], str]) -> dict[str, Any]:
+        """The reply to ``message``; ``check`` names what is wrong with a reply's shape ('' if nothing)."""
+        op = message.get("op")
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.kill()
+            raise ChildFailure("child_crash", f"{self.label}: the child exited before {op} "
+                                              f"(exit {self.proc.returncode}); stderr: {_tail(self.log)}") from None
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise ChildFailure("child_timeout", f"{self.label}: no reply to {op} within {timeout:g} s") from None
+        if line is None:
+            self.kill()
+            raise ChildFailure("child_crash", f"{self.label}: the child exited during {op} "
+                                              f"(exit {self.proc.returncode}); stderr: {_tail(self.log)}")
+        try:
+            reply = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            self.kill()
+            raise ChildFailure("child_bad_output", f"{self.label}: reply to {op} is not JSON: "
+                                                   f"{line[:200]!r}") from None
+        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            self.kill()
+            raise ChildFailure("child_bad_output", f"{self.label}: reply to {op} is not an object with "
+                                                   f"a boolean 'ok': {line[:200]!r}")
+        if not reply["ok"]:
+            raise ChildFailure("child_error", f"{self.label}: {op}: {' '.join(str(reply.get('error')).split())[:300]}")
+        problem = check(reply)
+        if problem:
+            self.kill()
+            raise ChildFailure("child_bad_output", f"{self.label}: reply to {op}: {problem}")
+        return reply
+
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
+        """Ask the child to close, then reap its whole process group whatever it did."""
+        try:
+            if self.proc.poll() is None:
+                self.request({"op": "close"}, timeout, lambda r: "")
+                self.proc.wait(timeout=timeout)
+        except (ChildFailure, subprocess.TimeoutExpired):
+            pass
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """Kill the child's process group (its own children too) and wait for it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not refused
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        if not self._err.closed:
+            self._err.close()
+
+
+@atexit.register
+def _reap_all() -> None:
+    for child in list(_children):
+        child.kill()
+
+
+# ---------------------------------------------------------------------------- reply shapes
+def _check_hello(r: dict[str, Any]) -> str:
+    return "" if isinstance(r.get("system"), str) and isinstance(r.get("version"), str) else \
+        "hello needs 'system' and 'version' strings"
+
+
+def _check_ingest(r: dict[str, Any]) -> str:
+    items, errors = r.get("items"), r.get("errors", [])
+    if not isinstance(items, int) or isinstance(items, bool) or items < 0:
+        return f"'items' must be a non-negative integer, not {items!r}"
+    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+        return "'errors' must be a list of strings"
+    return ""
+
+
+def _check_search(r: dict[str, Any]) -> str:
+    evidence, context = r.get("evidence"), r.get("context", "")
+    if not isinstance(evidence, list):
+        return "'evidence' must be a list"
+    for i, e in enumerate(evidence):
+        if not isinstance(e, dict) or not isinstance(e.get("text"), str):
+            return f"evidence[{i}] needs a 'text' string"
+        score = e.get("score")
+        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+            return f"evidence[{i}].score must be a number or null"
+        ids = e.get("source_turn_ids", [])
+        if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
+            return f"evidence[{i}].source_turn_ids must be a list of strings"
+    if not isinstance(context, str):
+        return "'context' must be a string"
+    return ""
+
+
+def sessions_payload(view: MemoryView, include_images: bool) -> list[dict[str, Any]]:
+    """A memory's sessions as the protocol sends them (what a system may see, no gold)."""
+    return [{"session_id": s.session_id, "date": s.date_time,
+             "turns": [{"turn_id": t.dia_id, "speaker": t.speaker, "text": turn_text(t, include_images)}
+                       for t in s.turns]} for s in view.sessions]
+
+
+class ProcessSystem(MemorySystem):
+    """The harness's side of the protocol: a ``MemorySystem`` whose ingest and search are a child's."""
+
+    stages = PROTOCOL_STAGES
+    role = "memory"
+    uses_gateway = True
+    system: ClassVar[str] = ""  # the directory name under systems/
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.opts = dict(ctx.options)
+        self.limit = int(self.opts.get("limit", 10))
+        # memory id -> (child, its gateway session, what closes the session), least recent first
+        self.searching: "OrderedDict[str, tuple[Child, Any, ExitStack]]" = OrderedDict()
+        self.keep = max(1, int(ctx.cfg.systems.ingest_concurrency))
+        self.hello: dict[str, Any] = {}
+        self._python: Optional[Path] = None
+
+    def settings(self) -> dict[str, Any]:
+        folder = envs.system_dir(self.system)
+        digests = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()[:16]
+                   for f in ("adapter.py", "requirements.txt") if (folder / f).is_file()}
+        return {**self.opts, "system": self.system, **digests}
+
+    def extra(self) -> dict[str, Any]:
+        return {**super().extra(), "process": {"system": self.system,
+                                               **{k: v for k, v in self.hello.items() if k != "ok"}}}
+
+    # ---- children
+    def _gateway(self) -> Any:
+        if self.ctx.gateway is None:
+            raise RuntimeError(f"{self.system}: no gateway: the harness starts one for a system in its own process")
+        return self.ctx.gateway
+
+    def _start(self, store: Path, base_url: str, token: str, log: Path, label: str) -> Child:
+        if self._python is None:
+            self._python = envs.build(self.system)
+        store.mkdir(parents=True, exist_ok=True)
+        home = envs.envs_root() / self.system / "home"  # the system's own caches, not the user's
+        home.mkdir(parents=True, exist_ok=True)
+        root = base_url.removesuffix("/v1")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+               "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": token,
+               "HARNESS_GATEWAY_URL": root, "HARNESS_GATEWAY_TOKEN": token,
+               "HARNESS_SYSTEM_DIR": str(store),
+               "HARNESS_LLM_MODEL": self.ctx.cfg.role(self.role or "memory").model,
+               "HARNESS_EMBED_MODEL": self.ctx.cfg.embedding.model,
+               "HARNESS_EMBED_DIM": str(self.ctx.embedder().dim), **CHILD_ENV}
+        folder = envs.system_dir(self.system)
+        child = Child([str(self._python), "-u", str(folder / "adapter.py")], env, folder, log, label)
+        try:
+            self.hello = child.request({"op": "hello", "options": self.opts}, self._timeout(), _check_hello)
+        except BaseException:
+            child.kill()
+            raise
+        return child
+
+    def _timeout(self, ingest: bool = False) -> float:
+        sc = self.ctx.cfg.systems
+        return float(sc.child_ingest_timeout if ingest else sc.child_timeout)
+
+    def close(self) -> None:
+        while self.searching:
+            self._close_one(next(iter(self.searching)))
+
+    def _close_one(self, mid: str) -> None:
+        child, _, stack = self.searching.pop(mid)
+        try:
+            child.close()
+        finally:
+            stack.close()
+
+    # ---- the protocol
+    def ingest(self, view: MemoryView, state_dir: Path) -> Spent:
+        spent, started = Spent(), time.perf_counter()
+        log = state_dir / "child_ingest.log"
+        with self._gateway().session(spent) as session:
+            child = self._start(state_dir / "store", session.base_url, session.api_key, log,
+                                f"{self.system} ingest {view.memory_id}")
+            try:
+                reply = child.request({"op": "ingest", "memory_id": view.memory_id,
+                                       "sessions": sessions_payload(view, self.ctx.include_images)},
+                                      self._timeout(ingest=True), _check_ingest)
+            finally:
+                child.close()
+        for error in reply.get("errors", []):
+            outcomes.note_error("system_error", error)
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            if LOGGED_ERROR.search(line):
+                outcomes.note_error("logged_error", line)
+        outcomes.note_items(reply["items"])
+        self.ctx.advance(len(view.sessions))
+        spent.seconds = round(time.perf_counter() - started, 4)
+        return spent
+
+    def _searcher(self, mid: str) -> tuple[Child, Any]:
+        """The search child of memory ``mid``: kept for its next questions, at most
+        ``systems.ingest_concurrency`` children alive (the least recently used is closed)."""
+        if mid in self.searching:
+            self.searching.move_to_end(mid)
+            child, session, _ = self.searching[mid]
+            if child.proc.poll() is None:
+                return child, session
+            self._close_one(mid)
+        while len(self.searching) >= self.keep:
+            self._close_one(next(iter(self.searching)))
+        stack = ExitStack()
+        try:
+            session = stack.enter_context(self._gateway().session(Spent()))
+            child = self._start(self.ctx.state_dir / mid / "store", session.base_url, session.api_key,
+                                self.ctx.state_dir / mid / "child_search.log", f"{self.system} search {mid}")
+        except BaseException:
+            stack.close()
+            raise
+        self.searching[mid] = (child, session, stack)
+        return child, session
+
+    def search(self, question: Question, view: MemoryView) -> Found:
+        started, spent = time.perf_counter(), Spent()
+        child, session = self._searcher(question.memory_id)
+        self._gateway().rebind(session.api_key, spent)  # this question's calls land in its own account
+        try:
+            reply = child.request({"op": "search", "memory_id": question.memory_id, "question": question.question,
+                                   "question_date": question.question_date or None, "limit": self.limit},
+                                  self._timeout(), _check_search)
+        except ChildFailure:
+            self._close_one(question.memory_id)  # the memory's next question starts a fresh child
+            raise
+        evidence = [Evidence(e["text"], list(e.get("source_turn_ids") or []), str(e.get("timestamp") or ""),
+                             None if e.get("score") is None else float(e["score"]), str(e.get("source") or ""))
+                    for e in reply["evidence"]]
+        spent.seconds = round(time.perf_counter() - started, 4)
+        return Found(evidence, spent, {"context": reply.get("context", ""), "limit": self.limit})
+
+    def row(self, question: Question, view: MemoryView) -> RetrievalRow:
+        """The system's own rendering (``context``) is the buffer; a failed child fails the row."""
+        started = time.perf_counter()
+        try:
+            found = self.search(question, view)
+        except ChildFailure as exc:
+            found = Found([], Spent(seconds=round(time.perf_counter() - started, 4)), {"failed": exc.cause})
+            row = render(question, self.name, found, found.spent.seconds)
+            row.fallback_used, row.error = True, str(exc)
+            return row
+        row = render(question, self.name, found, round(time.perf_counter() - started, 4))
+        context = found.info.get("context") or ""
+        if context.strip():
+            row.buffer_text, row.buffer_tokens = context, count_tokens(context)
+        return row
+
+
+def process_class(name: str) -> type[ProcessSystem]:
+    """The ``MemorySystem`` class of ``systems/<name>/``."""
+    return type(f"Process_{re.sub(r'[^A-Za-z0-9_]', '_', name)}", (ProcessSystem,), {"name": name, "system": name})
