@@ -12,7 +12,7 @@ import pytest
 from tests import systems_driver as driver
 
 # The systems whose adapters run here (docs/memory-systems.md); the others are in docs/limitations.md.
-RUNNING = ["cognee", "hipporag"]
+RUNNING = ["cognee", "hipporag", "memos"]
 
 
 def test_protocol_helper_is_standard_library_only():
@@ -26,6 +26,19 @@ def test_protocol_helper_is_standard_library_only():
                  if isinstance(node, ast.ImportFrom) and node.level == 0}
     import sys
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_fake_server_answers_a_registered_systems_prompt_only_json():
+    """MemOS asks for its JSON in the prompt alone: the fake server answers requests carrying its
+    gateway prompt id with the reader's JSON built from the prompt, any other id with plain text."""
+    from tests.fake_openai.scripted import generic_reply
+
+    prompt = "Extract memories.\nuser:Caroline: I went to a support group\nassistant:Melanie: Wow, cool"
+    content, calls = generic_reply({"messages": []}, prompt, "gateway.memos")
+    reply = json.loads(content)
+    assert calls == [] and [m["value"] for m in reply["memory list"]] == [
+        "Caroline: I went to a support group", "Melanie: Wow, cool"]
+    assert generic_reply({"messages": []}, prompt, "gateway.other")[0].startswith("Noted: ")
 
 
 @pytest.mark.systems
