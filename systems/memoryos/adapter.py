@@ -44,12 +44,11 @@ def pages_of(sessions: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 def gateway_embeddings() -> None:
     """Point MemoryOS's ``get_embedding`` (every module that imported it) at the endpoint."""
-    import numpy as np
-    from openai import OpenAI
-
     import memoryos.long_term
     import memoryos.mid_term
     import memoryos.utils
+    import numpy as np
+    from openai import OpenAI
 
     client = OpenAI(base_url=proto.BASE_URL, api_key=proto.API_KEY)
     cache: dict[str, Any] = {}
@@ -117,13 +116,16 @@ class MemoryOSAdapter(proto.Adapter):
         profile = memory.user_long_term_memory.get_raw_user_profile(memory.user_id)
         if not profile or str(profile).lower() == "none":
             profile = "No detailed profile available yet."
-        knowledge = "".join(f"- {k['knowledge']} (Recorded: {k['timestamp']})\n" for k in found["retrieved_user_knowledge"])
-        assistant = "".join(f"- {k['knowledge']} (Recorded: {k['timestamp']})\n"
-                            for k in found["retrieved_assistant_knowledge"])
+        def entries(items: list[dict[str, Any]]) -> str:
+            return "".join(f"- {k['knowledge']} (Recorded: {k['timestamp']})\n" for k in items)
+
+        knowledge = entries(found["retrieved_user_knowledge"])
+        assistant = (entries(found["retrieved_assistant_knowledge"])
+                     or "- No relevant assistant knowledge found for this query.\n")
         context = (f"Recent conversation:\n{history}\n\nRelevant past conversations:\n{retrieval}\n\n"
                    f"【User Profile】\n{profile}\n"
                    + (f"\n【Relevant User Knowledge Entries】\n{knowledge}" if knowledge else "")
-                   + f"\n【Assistant Knowledge Base】\n{assistant or '- No relevant assistant knowledge found for this query.' + chr(10)}")
+                   + f"\n【Assistant Knowledge Base】\n{assistant}")
         return evidence, context
 
 

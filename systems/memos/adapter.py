@@ -101,8 +101,8 @@ class MemOSAdapter(proto.Adapter):
                     try:
                         memory.add(memory.extract(batch))
                     except Exception as exc:  # one batch lost is counted; the rest still goes in
-                        errors.append(f"{speaker} {session.get('session_id')} messages {start}-{start + len(batch) - 1}: "
-                                      f"{type(exc).__name__}: {exc}"[:500])
+                        where = f"{speaker} {session.get('session_id')} messages {start}-{start + len(batch) - 1}"
+                        errors.append(f"{where}: {type(exc).__name__}: {exc}"[:500])
         items = sum(len(self._memory(memory_id, s).get_all()) for s in speakers)
         return items, errors
 
