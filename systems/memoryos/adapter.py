@@ -60,7 +60,7 @@ def gateway_embeddings() -> None:
         return cache[text]
 
     for module in (memoryos.utils, memoryos.mid_term, memoryos.long_term):
-        module.get_embedding = get_embedding  # type: ignore[attr-defined]
+        module.get_embedding = get_embedding
 
 
 class MemoryOSAdapter(proto.Adapter):
@@ -104,7 +104,7 @@ class MemoryOSAdapter(proto.Adapter):
         memory = self._open(memory_id)
         found = memory.retriever.retrieve_context(user_query=question, user_id=memory.user_id)
         pages = found["retrieved_pages"][:limit]
-        evidence = [{"text": f"User: {p.get('user_input', '')}\nAssistant: {p.get('agent_response', '')}",
+        evidence: list[dict[str, Any]] = [{"text": f"User: {p.get('user_input', '')}\nAssistant: {p.get('agent_response', '')}",
                      "score": None, "source_turn_ids": []} for p in pages]
         evidence += [{"text": k["knowledge"], "score": None, "source_turn_ids": []}
                      for k in found["retrieved_user_knowledge"] + found["retrieved_assistant_knowledge"]]
