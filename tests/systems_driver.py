@@ -44,7 +44,8 @@ STAMP = ".stamp"
 GUARD = r'''
 import json, os, socket
 _LOG = os.environ["SYSTEMS_DRIVER_ATTEMPTS"]
-_ALLOWED = {("127.0.0.1", int(os.environ["SYSTEMS_DRIVER_PORT"])), ("localhost", int(os.environ["SYSTEMS_DRIVER_PORT"]))}
+_PORT = int(os.environ["SYSTEMS_DRIVER_PORT"])
+_ALLOWED = {("127.0.0.1", _PORT), ("localhost", _PORT)}
 _LOCAL = {"127.0.0.1", "localhost", "::1", None, ""}
 
 def _record(what):
@@ -244,7 +245,8 @@ class Child:
         except queue.Empty:
             raise TimeoutError(f"{request['op']}: no reply in {timeout:.0f} s") from None
         if line is None:
-            raise RuntimeError(f"{request['op']}: the child exited ({self.proc.wait()}); stderr:\n{''.join(self.err[-40:])}")
+            tail = "".join(self.err[-40:])
+            raise RuntimeError(f"{request['op']}: the child exited ({self.proc.wait()}); stderr:\n{tail}")
         reply: dict[str, Any] = json.loads(line)
         return reply
 

@@ -104,8 +104,9 @@ class MemoryOSAdapter(proto.Adapter):
         memory = self._open(memory_id)
         found = memory.retriever.retrieve_context(user_query=question, user_id=memory.user_id)
         pages = found["retrieved_pages"][:limit]
-        evidence: list[dict[str, Any]] = [{"text": f"User: {p.get('user_input', '')}\nAssistant: {p.get('agent_response', '')}",
-                     "score": None, "source_turn_ids": []} for p in pages]
+        evidence: list[dict[str, Any]] = [
+            {"text": f"User: {p.get('user_input', '')}\nAssistant: {p.get('agent_response', '')}",
+             "score": None, "source_turn_ids": []} for p in pages]
         evidence += [{"text": k["knowledge"], "score": None, "source_turn_ids": []}
                      for k in found["retrieved_user_knowledge"] + found["retrieved_assistant_knowledge"]]
         history = "\n".join(f"User: {qa.get('user_input', '')}\nAssistant: {qa.get('agent_response', '')} "
