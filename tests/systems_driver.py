@@ -82,9 +82,12 @@ socket.getaddrinfo = getaddrinfo
 
 # --------------------------------------------------------------------------- environments
 def stamp_of(name: str) -> str:
-    """What a built environment must match: the requirements file and the interpreter."""
+    """What a built environment must match: the requirements file, the pip arguments and the
+    interpreter."""
     text = (SYSTEMS / name / "requirements.txt").read_bytes()
-    return hashlib.sha256(text + sys.version.encode()).hexdigest()
+    args = SYSTEMS / name / "pip-args.txt"
+    extra = b"\x00" + args.read_bytes() if args.exists() else b""
+    return hashlib.sha256(text + extra + sys.version.encode()).hexdigest()
 
 
 def venv_python(name: str) -> Path:
