@@ -15,7 +15,7 @@ from tests import systems_driver as driver
 # MemoryOS's search finds nothing with the fake server's replies: its retrieval keeps a mid-term
 # segment only when the question's embedding is within 0.1 of the segment summary's, and the
 # fake's hash vectors of unrelated texts are not (docs/memory-systems.md says what it needs).
-RUNNING = {"cognee": True, "hipporag": True, "memos": True, "memoryos": False}
+RUNNING = {"cognee": True, "hipporag": True, "letta": True, "memos": True, "memoryos": False}
 
 
 def test_protocol_helper_is_standard_library_only():
