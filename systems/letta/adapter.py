@@ -47,7 +47,8 @@ class LettaAdapter(proto.Adapter):
         import pgserver
 
         ROOT.mkdir(parents=True, exist_ok=True)
-        self.pg = pgserver.get_server(str(ROOT / "pg"), cleanup_mode=None)
+        # "stop": the server stops when this process lets go of it (close, or exit).
+        self.pg = pgserver.get_server(str(ROOT / "pg"), cleanup_mode="stop")
         self.pg.psql("CREATE EXTENSION IF NOT EXISTS vector;")
         socket_dir = str(ROOT / "pg")
         os.environ["LETTA_PG_URI"] = f"postgresql://postgres@/postgres?host={socket_dir}"
