@@ -15,6 +15,7 @@ provider openai) are given ``OPENAI_BASE_URL``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -56,6 +57,9 @@ class MemOSAdapter(proto.Adapter):
     system = "memos"
 
     def __init__(self) -> None:
+        # MemOS keeps its logs (and default stores) under $MEMOS_BASE_PATH/.memos, else the working
+        # directory's: keep them in the memory's directory.
+        os.environ.setdefault("MEMOS_BASE_PATH", str(Path(proto.SYSTEM_DIR) / "memos"))
         self.memories: dict[tuple[str, str], Any] = {}
 
     def version(self) -> str:
