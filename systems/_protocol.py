@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
 import traceback
 from datetime import datetime, timezone
@@ -64,18 +63,6 @@ def locomo_date(text: Optional[str]) -> Optional[datetime]:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
-def turn_ids_in(text: str, known: dict[str, Any]) -> list[str]:
-    """The ingested turn ids that ``text`` quotes (in order of first appearance)."""
-    if not known:
-        return []
-    pattern = re.compile("|".join(re.escape(t) for t in sorted(known, key=len, reverse=True)))
-    seen: list[str] = []
-    for match in pattern.finditer(text):
-        if match.group(0) not in seen:
-            seen.append(match.group(0))
-    return seen
 
 
 class ErrorLog(logging.Handler):
