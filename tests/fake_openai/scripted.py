@@ -192,10 +192,18 @@ def _chosen_tool(tools: list[Any], choice: Any) -> Optional[dict[str, Any]]:
     return functions[0]
 
 
-def generic_reply(body: dict[str, Any], text: str) -> tuple[str, list[dict[str, Any]]]:
+# ``gateway.<system>`` prompt id -> the plain-text reply (built from the prompt text) to that
+# system's requests that carry neither a json_schema nor tools: an outside system in its own
+# environment that asks for JSON in its prompt alone registers here by its gateway name.
+TEXT_KINDS_BY_PROMPT: dict[str, Callable[[str], str]] = {}
+
+
+def generic_reply(body: dict[str, Any], text: str,
+                  prompt_id: Optional[str] = None) -> tuple[str, list[dict[str, Any]]]:
     """(message content, tool calls) of a ``GENERIC_KIND`` request, from its body: a registered
     ``SCHEMA_KINDS`` reply, else a synthesized instance of its json_schema, else a tool call whose
-    arguments are valid against the chosen tool's parameters, else plain text."""
+    arguments are valid against the chosen tool's parameters, else the ``TEXT_KINDS_BY_PROMPT`` reply of
+    its prompt id, else the ``TEXT_KINDS`` reply of a marker in its prompt, else plain text."""
     spec = _json_schema(body)
     if spec is not None:
         builder = SCHEMA_KINDS.get(str(spec.get("name") or ""))
@@ -207,6 +215,9 @@ def generic_reply(body: dict[str, Any], text: str) -> tuple[str, list[dict[str, 
         call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
         return "", [{"id": call_id, "type": "function",
                      "function": {"name": tool.get("name"), "arguments": json.dumps(args)}}]
+    text_reply = TEXT_KINDS_BY_PROMPT.get((prompt_id or "").strip())
+    if text_reply is not None:
+        return text_reply(text), []
     for marker, build in TEXT_KINDS:  # a plain-text request whose prompt names the JSON it wants
         if marker in text:
             return json.dumps(build(text)), []
@@ -811,3 +822,20 @@ def reply_simplemem_entries(text: str) -> list[dict[str, Any]]:
 
 
 TEXT_KINDS.append((SIMPLEMEM_WINDOW, reply_simplemem_entries))
+
+
+# --------------------------------------------------------------------------- MemOS (a prompt-only JSON reply)
+# MemOS's memory reader (systems/memos, SIMPLE_STRUCT_MEM_READER_PROMPT) asks in its prompt alone
+# for {"memory list": [{"key", "memory_type", "value", "tags"}], "summary"}; the conversation is
+# given as ``<role>:<speaker>: <text>`` lines. One memory per line, read from the prompt only.
+MEMOS_LINE_RE = re.compile(r"^(?:user|assistant):(.+?: .+)$", re.MULTILINE)
+
+
+def memos_reader_reply(text: str) -> str:
+    lines = [m.group(1).strip() for m in MEMOS_LINE_RE.finditer(text)]
+    memories = [{"key": line.split(":", 1)[0], "memory_type": "LongTermMemory", "value": line, "tags": ["conversation"]}
+                for line in lines]
+    return json.dumps({"memory list": memories, "summary": " ".join(lines)[:200]})
+
+
+TEXT_KINDS_BY_PROMPT[GATEWAY_PREFIX + "memos"] = memos_reader_reply

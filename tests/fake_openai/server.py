@@ -367,7 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
         if kind in SCHEMA_CHAT_KINDS:
             content = schema_content(kind, text)
         elif kind == GENERIC_KIND:
-            content, tool_calls = generic_reply(body, text)
+            content, tool_calls = generic_reply(body, text, prompt_id)
         else:
             content = scripted_content(kind, text)
         if not fake.capabilities.deterministic:

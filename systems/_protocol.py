@@ -1,0 +1,146 @@
+"""The child side of the systems protocol, shared by every ``systems/<name>/adapter.py``.
+
+Standard library only: each adapter runs in its own system's virtual environment, where nothing
+of the harness is installed. An adapter puts this directory on ``sys.path`` and calls
+``serve(Adapter())``.
+
+JSON lines on stdin/stdout, one request then one reply:
+
+* ``{"op": "hello"}`` -> ``{"ok": true, "system": ..., "version": ...}``
+* ``{"op": "ingest", "memory_id", "sessions": [{"session_id", "date", "turns": [{"turn_id",
+  "speaker", "text"}]}]}`` -> ``{"ok": true, "items": <int>, "errors": [<str>, ...]}``
+* ``{"op": "search", "memory_id", "question", "question_date", "limit"}`` -> ``{"ok": true,
+  "evidence": [{"text", "score", "source_turn_ids"}], "context": <str>}``
+* ``{"op": "close"}`` -> ``{"ok": true}``, then the process exits.
+
+Any failure is ``{"ok": false, "error": "<type>: <message>"}``. Libraries print to stdout, so the
+protocol keeps a private copy of file descriptor 1 and points fd 1 (and ``sys.stdout``) at stderr:
+nothing a system prints can corrupt a reply. Log records of level ERROR or above that a system
+emits (or swallows after logging) during an ingestion are returned in ``errors``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+# The harness's environment (see docs/memory-systems.md, "Systems in their own environment").
+BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
+API_KEY = os.environ.get("OPENAI_API_KEY", "")
+LLM_MODEL = os.environ.get("HARNESS_LLM_MODEL", "gpt-4o-mini")
+EMBED_MODEL = os.environ.get("HARNESS_EMBED_MODEL", "text-embedding-3-small")
+EMBED_DIM = int(os.environ.get("HARNESS_EMBED_DIM") or 1536)
+SYSTEM_DIR = os.environ.get("HARNESS_SYSTEM_DIR") or os.path.join(os.getcwd(), ".systems", "store")
+
+# Telemetry switches of the libraries the systems use; set before any of them is imported.
+QUIET = {"TELEMETRY_DISABLED": "1", "ANONYMIZED_TELEMETRY": "False", "POSTHOG_DISABLED": "1",
+         "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+         "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+         "SCARF_NO_ANALYTICS": "true", "OTEL_SDK_DISABLED": "true", "MEM0_TELEMETRY": "False"}
+for _key, _value in QUIET.items():
+    os.environ.setdefault(_key, _value)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def locomo_date(text: Optional[str]) -> Optional[datetime]:
+    """A LoCoMo session date (``1:56 pm on 8 May, 2023``) or an ISO date, as UTC; None if neither."""
+    if not text:
+        return None
+    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
+        try:
+            return datetime.strptime(text.strip(), fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            pass
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+class ErrorLog(logging.Handler):
+    """Collects the ERROR records of every logger while an ingestion runs."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a record whose arguments do not format is still an error
+            text = str(record.msg)
+        self.records.append(f"{record.name}: {text}"[:500])
+
+
+class Adapter:
+    """What a system implements; ``ingest`` returns (items, errors), ``search`` (evidence, context)."""
+
+    system = "?"
+
+    def version(self) -> str:
+        return "?"
+
+    def ingest(self, memory_id: str, sessions: list[dict[str, Any]]) -> tuple[int, list[str]]:
+        raise NotImplementedError
+
+    def search(self, memory_id: str, question: str, question_date: Optional[str],
+               limit: int) -> tuple[list[dict[str, Any]], str]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _protocol_stream() -> Any:
+    """A private copy of stdout for replies; fd 1 and ``sys.stdout`` now go to stderr."""
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
+
+
+def serve(adapter: Adapter) -> None:
+    out = _protocol_stream()
+
+    def reply(payload: dict[str, Any]) -> None:
+        out.write(json.dumps(payload, default=str) + "\n")
+        out.flush()
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            op = request.get("op")
+            if op == "hello":
+                reply({"ok": True, "system": adapter.system, "version": adapter.version()})
+            elif op == "ingest":
+                catcher = ErrorLog()
+                logging.getLogger().addHandler(catcher)
+                try:
+                    items, errors = adapter.ingest(str(request["memory_id"]), list(request["sessions"]))
+                finally:
+                    logging.getLogger().removeHandler(catcher)
+                reply({"ok": True, "items": int(items), "errors": list(errors) + catcher.records})
+            elif op == "search":
+                evidence, context = adapter.search(str(request["memory_id"]), str(request["question"]),
+                                                   request.get("question_date"), int(request.get("limit") or 10))
+                reply({"ok": True, "evidence": evidence, "context": context})
+            elif op == "close":
+                adapter.close()
+                reply({"ok": True})
+                break
+            else:
+                reply({"ok": False, "error": f"unknown op {op!r}"})
+        except Exception as exc:  # every failure is a reply; the harness counts it
+            traceback.print_exc(file=sys.stderr)
+            reply({"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]})
+    out.close()

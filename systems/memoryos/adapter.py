@@ -1,0 +1,134 @@
+"""MemoryOS (BAI-LAB; ``memoryos-pro`` on PyPI, the repository's ``memoryos-pypi`` package) behind
+the systems protocol, following the repository's LoCoMo evaluation (``eval/main_loco_parse.py``):
+a conversation's turns become question-answer pages (a turn of the first speaker is the page's
+``user_input``, the next turn of the second speaker its ``agent_response``, the session's date its
+timestamp) added one by one (``Memoryos.add_memory``: short-term memory, evicted into mid-term
+segments, heat-triggered profile and knowledge updates); a question is answered from
+``retriever.retrieve_context`` (pages of the hottest segments, user and assistant knowledge), and
+the buffer is rendered as ``Memoryos.get_response`` lays out its prompt's memory parts (recent
+history, historical memory pages with their time and chain overview, the user profile and
+knowledge, the assistant's knowledge).
+
+Its embeddings are SentenceTransformer models loaded from the Hugging Face hub; here its
+``get_embedding`` is replaced by the endpoint's (``OPENAI_BASE_URL``, ``HARNESS_EMBED_MODEL``), as
+every other system's embedder is. Its LLM client is given ``OPENAI_BASE_URL``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _protocol as proto  # noqa: E402  (the directory above is the protocol's home)
+
+# eval/main_loco_parse.py: short-term capacity 1 (every page goes on to mid-term), mid-term 2000,
+# retrieval queue 10.
+SETTINGS = {"short_term_capacity": 1, "mid_term_capacity": 2000, "retrieval_queue_capacity": 10}
+
+
+def pages_of(sessions: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Question-answer pages as eval/main_loco_parse.py builds them from LoCoMo turns."""
+    first = sessions[0]["turns"][0]["speaker"] if sessions and sessions[0]["turns"] else ""
+    pages: list[dict[str, str]] = []
+    for session in sessions:
+        for turn in session["turns"]:
+            if turn["speaker"] == first:
+                pages.append({"user_input": turn["text"], "agent_response": "", "timestamp": session.get("date") or ""})
+            elif pages:
+                pages[-1]["agent_response"] = turn["text"]
+            else:
+                pages.append({"user_input": "", "agent_response": turn["text"], "timestamp": session.get("date") or ""})
+    return pages
+
+
+def gateway_embeddings() -> None:
+    """Point MemoryOS's ``get_embedding`` (every module that imported it) at the endpoint."""
+    import memoryos.long_term
+    import memoryos.mid_term
+    import memoryos.utils
+    import numpy as np
+    from openai import OpenAI
+
+    client = OpenAI(base_url=proto.BASE_URL, api_key=proto.API_KEY)
+    cache: dict[str, Any] = {}
+
+    def get_embedding(text: str, model_name: str = "", use_cache: bool = True) -> Any:
+        if text not in cache:
+            data = client.embeddings.create(model=proto.EMBED_MODEL, input=[text]).data[0].embedding
+            cache[text] = np.asarray(data, dtype=np.float32)
+        return cache[text]
+
+    for module in (memoryos.utils, memoryos.mid_term, memoryos.long_term):
+        module.get_embedding = get_embedding
+
+
+class MemoryOSAdapter(proto.Adapter):
+    system = "memoryos"
+
+    def __init__(self) -> None:
+        self.memories: dict[str, Any] = {}
+        self.patched = False
+
+    def version(self) -> str:
+        from importlib.metadata import version
+        return version("memoryos-pro")
+
+    def _root(self, memory_id: str) -> Path:
+        return Path(proto.SYSTEM_DIR) / "memoryos" / "".join(c if c.isalnum() else "_" for c in memory_id)
+
+    def _open(self, memory_id: str) -> Any:
+        if memory_id not in self.memories:
+            if not self.patched:
+                gateway_embeddings()
+                self.patched = True
+            from memoryos import Memoryos
+
+            self.memories[memory_id] = Memoryos(
+                user_id="user", assistant_id="assistant", openai_api_key=proto.API_KEY,
+                openai_base_url=proto.BASE_URL, data_storage_path=str(self._root(memory_id)),
+                llm_model=proto.LLM_MODEL, **SETTINGS)
+        return self.memories[memory_id]
+
+    def ingest(self, memory_id: str, sessions: list[dict[str, Any]]) -> tuple[int, list[str]]:
+        memory = self._open(memory_id)
+        pages = pages_of(sessions)
+        for page in pages:
+            memory.add_memory(page["user_input"], page["agent_response"], timestamp=page["timestamp"])
+        mid = memory.mid_term_memory
+        stored = sum(len(s.get("details", [])) for s in mid.sessions.values()) + len(memory.short_term_memory.get_all())
+        return stored, []
+
+    def search(self, memory_id: str, question: str, question_date: Optional[str],
+               limit: int) -> tuple[list[dict[str, Any]], str]:
+        memory = self._open(memory_id)
+        found = memory.retriever.retrieve_context(user_query=question, user_id=memory.user_id)
+        pages = found["retrieved_pages"][:limit]
+        evidence: list[dict[str, Any]] = [
+            {"text": f"User: {p.get('user_input', '')}\nAssistant: {p.get('agent_response', '')}",
+             "score": None, "source_turn_ids": []} for p in pages]
+        evidence += [{"text": k["knowledge"], "score": None, "source_turn_ids": []}
+                     for k in found["retrieved_user_knowledge"] + found["retrieved_assistant_knowledge"]]
+        history = "\n".join(f"User: {qa.get('user_input', '')}\nAssistant: {qa.get('agent_response', '')} "
+                            f"(Time: {qa.get('timestamp', '')})" for qa in memory.short_term_memory.get_all())
+        retrieval = "\n".join(f"【Historical Memory】\nUser: {p.get('user_input', '')}\nAssistant: "
+                              f"{p.get('agent_response', '')}\nTime: {p.get('timestamp', '')}\n"
+                              f"Conversation chain overview: {p.get('meta_info', 'N/A')}" for p in pages)
+        profile = memory.user_long_term_memory.get_raw_user_profile(memory.user_id)
+        if not profile or str(profile).lower() == "none":
+            profile = "No detailed profile available yet."
+        def entries(items: list[dict[str, Any]]) -> str:
+            return "".join(f"- {k['knowledge']} (Recorded: {k['timestamp']})\n" for k in items)
+
+        knowledge = entries(found["retrieved_user_knowledge"])
+        assistant = (entries(found["retrieved_assistant_knowledge"])
+                     or "- No relevant assistant knowledge found for this query.\n")
+        context = (f"Recent conversation:\n{history}\n\nRelevant past conversations:\n{retrieval}\n\n"
+                   f"【User Profile】\n{profile}\n"
+                   + (f"\n【Relevant User Knowledge Entries】\n{knowledge}" if knowledge else "")
+                   + f"\n【Assistant Knowledge Base】\n{assistant}")
+        return evidence, context
+
+
+if __name__ == "__main__":
+    proto.serve(MemoryOSAdapter())
