@@ -38,10 +38,6 @@ if "sentence_transformers" not in sys.modules:
     _stub.SentenceTransformer = _NoLocalModel  # type: ignore[attr-defined]
     sys.modules["sentence_transformers"] = _stub
 
-import numpy as np  # noqa: E402
-from memoryos import long_term, memoryos, mid_term, utils  # noqa: E402
-from openai import OpenAI  # noqa: E402
-
 ROOT = Path(proto.SYSTEM_DIR) / "memoryos"
 # The constants of the published LoCoMo evaluation (eval/main_loco_parse.py).
 SHORT_TERM_CAPACITY = 1
@@ -57,11 +53,15 @@ class GatewayEmbedder:
     package's own function caches)."""
 
     def __init__(self) -> None:
+        from openai import OpenAI
+
         self.client = OpenAI(base_url=proto.BASE_URL, api_key=proto.API_KEY)
         self.cache: dict[str, Any] = {}
         self.lock = threading.Lock()
 
     def __call__(self, text: str, model_name: str = "", use_cache: bool = True) -> Any:
+        import numpy as np
+
         with self.lock:
             if use_cache and text in self.cache:
                 return self.cache[text]
@@ -73,6 +73,8 @@ class GatewayEmbedder:
 
 
 def install_embedder(embed: GatewayEmbedder) -> None:
+    from memoryos import long_term, mid_term, utils
+
     # Each module bound the name at import time, so each one is pointed at the gateway's.
     for module in (utils, mid_term, long_term):
         module.get_embedding = embed  # type: ignore[attr-defined]
@@ -86,15 +88,19 @@ def pages(sessions: list[dict[str, Any]]) -> tuple[str, str, list[dict[str, Any]
     out: list[dict[str, Any]] = []
     for session in sessions:
         for turn in session["turns"]:
-            if turn["speaker"] == speaker_a:
-                out.append({"user_input": turn["text"], "agent_response": "", "timestamp": session.get("date") or "",
-                            "turn_ids": [turn["turn_id"]]})
-            elif out:
-                out[-1]["agent_response"] = turn["text"]
-                out[-1]["turn_ids"].append(turn["turn_id"])
+            if turn["speaker"] == speaker_a or not out:
+                opened = turn["speaker"] == speaker_a
+                out.append({"user_input": turn["text"] if opened else "",
+                            "agent_response": "" if opened else turn["text"],
+                            "timestamp": session.get("date") or "", "turn_ids": [turn["turn_id"]],
+                            "opened": opened})
             else:
-                out.append({"user_input": "", "agent_response": turn["text"], "timestamp": session.get("date") or "",
-                            "turn_ids": [turn["turn_id"]]})
+                # A later turn of speaker B replaces the page's answer, as in the evaluation.
+                page = out[-1]
+                page["agent_response"] = turn["text"]
+                page["turn_ids"] = page["turn_ids"][:1] + [turn["turn_id"]] if page["opened"] else [turn["turn_id"]]
+    for page in out:
+        del page["opened"]
     return speaker_a, speaker_b, out
 
 
@@ -115,6 +121,8 @@ class MemoryOSAdapter(proto.Adapter):
 
     def _count_llm_errors(self) -> None:
         """The package's client returns an error string instead of raising: count each one."""
+        from memoryos import utils
+
         original = utils.OpenAIClient.chat_completion
         errors = self.llm_errors
 
@@ -129,6 +137,8 @@ class MemoryOSAdapter(proto.Adapter):
 
     def _memory(self, memory_id: str) -> Any:
         if memory_id not in self.memories:
+            from memoryos import memoryos
+
             self.memories[memory_id] = memoryos.Memoryos(
                 user_id=memory_id, openai_api_key=proto.API_KEY, openai_base_url=proto.BASE_URL,
                 data_storage_path=str(ROOT), short_term_capacity=SHORT_TERM_CAPACITY,
