@@ -737,6 +737,12 @@ def _embedding_client(url: str, key: str, timeout: float) -> openai.OpenAI:
     return openai.OpenAI(base_url=url, api_key=key, timeout=timeout, max_retries=0)
 
 
+def system_sdk_client(base_url: str, api_key: str) -> openai.OpenAI:
+    """A bare SDK client for an outside system's own calls (SimpleMem's LLM client and embedder),
+    pointed at the gateway, which caches, retries and counts them: so no retries here."""
+    return openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+
+
 def embed_texts(
     texts: list[str], *, model: str, base_url: Optional[str], timeout: float = 120.0,
     retry: RetryPolicy = RetryPolicy(),

@@ -40,6 +40,7 @@ from typing import Any, Optional
 import numpy as np
 
 from common.core.config import Config
+from common.core.llm import system_sdk_client
 from common.core.schema import Question
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
@@ -102,9 +103,7 @@ class GatewayEmbedder:
     """SimpleMem's ``EmbeddingModel`` interface over the gateway's ``/v1/embeddings``."""
 
     def __init__(self, base_url: str, api_key: str, dimension: int) -> None:
-        from openai import OpenAI
-
-        self.client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        self.client = system_sdk_client(base_url, api_key)
         self.dimension = dimension
         self.model_name, self.model_type, self.supports_query_prompt = "harness", "gateway", False
 
@@ -145,7 +144,6 @@ class SimpleMem(MemorySystem):
         """SimpleMem's client, store, builder, retriever and answer generator over ``db``, every
         endpoint the gateway's (``session``: base URL and key)."""
         mods = _import_simplemem()
-        from openai import OpenAI
         from simplemem.config import SimpleMemConfig, set_config
 
         model = self.ctx.cfg.role("memory").model
@@ -156,7 +154,7 @@ class SimpleMem(MemorySystem):
                                    semantic_top_k=int(self.opts["semantic_top_k"])))
         llm = mods["simplemem.utils.llm_client"].LLMClient(api_key=session.api_key, model=model,
                                                            base_url=session.base_url, use_streaming=False)
-        llm.client = OpenAI(base_url=session.base_url, api_key=session.api_key, max_retries=0)
+        llm.client = system_sdk_client(session.base_url, session.api_key)
         embedder = GatewayEmbedder(session.base_url, session.api_key, int(self.ctx.embedder().dim))
         store = mods["simplemem.database.vector_store"].VectorStore(db_path=str(db), embedding_model=embedder,
                                                                      table_name=TABLE)
