@@ -143,7 +143,8 @@ def test_prompt_id_table_matches_the_prompt_files():
             "plan_audit", "answer_rerank", "answer_verify", "answer_draft", "amem_analyze", "amem_evolve",
             "judge_beam", "judge_beam_align",
             "answer_count", "answer_count_merge", "answer_temporal", "answer_order",
-            "answer_count_reference", "answer_temporal_answer", "answer_temporal_repair", "answer_age_chain"} == CHAT_KINDS
+            "answer_count_reference", "answer_temporal_answer", "answer_temporal_repair",
+            "answer_age_chain"} == CHAT_KINDS
     # The outside prompts are mem0's own extraction prompt and A-MEM's two, under the ids
     # common.systems.mem0 and common.systems.amem send.
     assert OUTSIDE_PROMPTS == {"mem0_extraction", "amem_analyze", "amem_evolve"}
