@@ -23,6 +23,7 @@ import yaml
 from common.core import cache_store
 from common.core.endpoints import parse_endpoints
 from common.core.llm import RoleSettings
+from common.core.yamlio import load_yaml
 
 ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge", "memory",
          "plan_audit", "answer_rerank", "answer_verify", "answer_draft", "answer_count", "answer_temporal",
@@ -667,7 +668,7 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def read_yaml_mapping(path: Path, what: str = "config") -> dict[str, Any]:
     """A YAML file whose top level is a mapping; every problem is one ConfigError line."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise ConfigError(f"{what} file not found: {path}") from None
     except yaml.YAMLError as exc:
@@ -692,7 +693,7 @@ def parse_override(text: str) -> dict[str, Any]:
     if "=" not in text:
         raise ConfigError(f"--set expects key=value, got {text!r}")
     key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw) if raw != "" else ""
+    value = load_yaml(raw) if raw != "" else ""
     out: dict[str, Any] = {}
     cur = out
     parts = key.strip().split(".")

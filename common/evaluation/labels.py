@@ -15,6 +15,7 @@ from common.benchmarks.registry import ADAPTERS, adapter
 from common.core import artifacts
 from common.core.io import ArtifactError, read_jsonl
 from common.core.schema import Gold, from_dict
+from common.core.yamlio import load_yaml
 from common.evaluation.scoring import failure_cause
 from common.evaluation.stats import accuracy_with_ci
 
@@ -72,7 +73,7 @@ def run_benchmark(run_dir: str | Path) -> str:
     if not path.exists():
         raise ArtifactError(f"{path}: not found; is {run_dir} a run directory (results/<benchmark>/<run>/)?")
     try:
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        cfg = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ArtifactError(f"{path}: invalid YAML ({exc.__class__.__name__})") from None
     benchmark = cfg.get("benchmark") if isinstance(cfg, dict) else None

@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import yaml
-
 from common.core.text import STOPWORDS, norm
+from common.core.yamlio import load_yaml
 
 ALIASES_FILE = Path(__file__).resolve().parents[1] / "prompts" / "code_rules" / "lexical_aliases.yaml"
 
@@ -120,7 +119,7 @@ def _strings(raw: Any, where: str, path: Path = ALIASES_FILE) -> tuple[str, ...]
 @functools.lru_cache(maxsize=4)
 def load_term_tables(path: Path = ALIASES_FILE) -> TermTables:
     """The tables of ``path``; ValueError naming the file and field when one is malformed."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = load_yaml(path.read_text(encoding="utf-8")) or {}
     aliases = data.get("query_aliases") or {}
     if not isinstance(aliases, dict):
         raise ValueError(f"{path}: query_aliases must be a mapping of word -> list of words")

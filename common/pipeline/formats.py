@@ -49,6 +49,7 @@ from common.benchmarks.question_map import Mapping, SourceRow, map_rows
 from common.core.config import REPO_ROOT
 from common.core.io import sha256_file
 from common.core.schema import Gold, Question
+from common.core.yamlio import load_yaml
 
 MAP_DIR = REPO_ROOT / "configs" / "import_formats"
 NEW_FORMATS = ("zep", "mem0", "hindsight")  # the built-in maps (MAP_DIR/<name>.yaml)
@@ -155,7 +156,7 @@ def load_map(fmt: str | Path) -> FieldMap:
     if not path.is_file():
         raise SourceError(f"{path}: field map not found")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise SourceError(f"{path}: not YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(doc, dict):

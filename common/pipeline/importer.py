@@ -46,14 +46,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
 from common.core import fingerprint, progress
 from common.core.config import ConfigError, load_config
 from common.core.io import read_json, read_jsonl, sha256_file, write_json, write_jsonl
 from common.core.schema import AnswerRow, JudgeRow, to_dict
+from common.core.yamlio import load_yaml
 from common.evaluation.claims import Claim, get_claim
 from common.evaluation.coverage import Coverage, of_benchmark
 from common.evaluation.repeats import majority
@@ -84,7 +83,7 @@ def published_prompts(source: Path, prompts: Optional[Path], answer_prompt: Opti
                 break
     if prompts is None:
         return {"file": None, "note": "prompts.yaml not found: the published prompts are not fingerprinted"}
-    data = yaml.safe_load(prompts.read_text(encoding="utf-8")) or {}
+    data = load_yaml(prompts.read_text(encoding="utf-8")) or {}
     judge = data.get("llm_judge") or {}
     out: dict[str, Any] = {"file": str(prompts), "file_sha256": sha256_file(prompts)}
     if judge:

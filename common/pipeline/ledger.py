@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import numpy as np
-import yaml
 
 from common.core import artifacts
 from common.core.batch import batch_keys
 from common.core.config import resolve_path
 from common.core.io import read_jsonl, write_json
+from common.core.yamlio import load_yaml
 from common.evaluation.metrics import buffer_contribution_stats
 from common.evaluation.scoring import failure_cause
 from common.pipeline.graph import IDS, llm_stages
@@ -44,7 +44,7 @@ PRICES = "configs/prices.yaml"
 
 def load_prices(path: str = PRICES) -> dict[str, Any]:
     p = resolve_path(path)
-    return yaml.safe_load(p.read_text(encoding="utf-8")) if p.exists() else {"models": {}}
+    return load_yaml(p.read_text(encoding="utf-8")) if p.exists() else {"models": {}}
 
 
 def _calls(row: dict[str, Any]) -> list[dict[str, Any]]:

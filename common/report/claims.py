@@ -37,13 +37,12 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import yaml
-
 from common.core import artifacts, progress
 from common.core.config import ConfigError, load_config, resolve_path
 from common.core.io import ArtifactError, read_jsonl, write_json
 from common.core.tabular import describe, format_percent, write_table
 from common.core.tokens import count_tokens
+from common.core.yamlio import load_yaml
 from common.evaluation import audited
 from common.evaluation.claims import Claim, load_claims
 from common.evaluation.coverage import EXPECTED_SCORED, coverage, denominator
@@ -109,7 +108,7 @@ def find_runs(results: Path) -> list[Path]:
 
 def _resolved(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "config.resolved.yaml"
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data = load_yaml(path.read_text(encoding="utf-8")) if path.exists() else {}
     return data if isinstance(data, dict) else {}
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import yaml
-
 from common.core import fingerprint
+from common.core.yamlio import load_yaml
 from common.evaluation import scoring
 from common.pipeline import ledger
 from common.report.tables.published import DASH
@@ -25,7 +24,7 @@ BENCHMARKS = ("locomo", "longmemeval")
 
 def _settings(run: RunData) -> dict[str, Any]:
     path = run.dir / "config.resolved.yaml"
-    cfg = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    cfg = load_yaml(path.read_text(encoding="utf-8")) if path.exists() else {}
     return {"system": str((cfg.get("method") or {}).get("name") or DASH),
             "prompt": str((cfg.get("answer") or {}).get("prompt") or "harness")}
 
