@@ -388,6 +388,13 @@ def run_memory(task: MemoryTask, cache: Remote, bounds: dict[str, Any]) -> Memor
 
 
 # ----------------------------------------------------------------------------- the driver
+def _session_of(row: dict[str, Any]) -> str:
+    """``memory::session`` of a 02 row (its session key) or a 03 row (its episode id's prefix)."""
+    if "session_key" in row:
+        return str(row["session_key"])
+    return "::".join(str(row.get("episode_id", "")).split("::")[:2])
+
+
 def _drop_foreign_rows(run: engine.Run, memory_id: str) -> None:
     """Past the shared stages, the other memories' representatives leave the scratch run: the
     index, plans and answers are this memory's alone."""
@@ -436,6 +443,7 @@ def memory_slices(run: engine.Run, memory_ids: list[str]) -> dict[str, dict[str,
     shared = {name: (run.dir / name).read_bytes() for name in ("fingerprint.json", "config.resolved.yaml")
               if (run.dir / name).exists()}
     out: dict[str, dict[str, bytes]] = {m: dict(shared) for m in memory_ids}
+    lent_keys: dict[str, set[str]] = {}
     for name in ("sessions", "questions", "gold", "session_sources", "episodes", "records", "index", "plans",
                  "retrievals", "answers"):
         path = run.path(name)
@@ -443,7 +451,16 @@ def memory_slices(run: engine.Run, memory_ids: list[str]) -> dict[str, dict[str,
             continue
         all_rows = list(read_jsonl(path))
         rows = _by_memory(all_rows)
-        foreign = foreign_representatives(all_rows) if name == "sessions" else {}
+        if name == "sessions":
+            lent = foreign_representatives(all_rows)
+            lent_keys = {mid: {f"{r['memory_id']}::{r['session_id']}" for r in rs} for mid, rs in lent.items()}
+            foreign: dict[str, list[dict[str, Any]]] = lent
+        elif name in ("episodes", "records"):
+            # the lent sessions' rows of the shared stages, for a task that starts past 02 (one
+            # stage per process) or resumes: its dedup reads the representative's rows
+            foreign = {mid: [r for r in all_rows if _session_of(r) in keys] for mid, keys in lent_keys.items()}
+        else:
+            foreign = {}
         for mid in memory_ids:
             out[mid][path.name] = "".join(json.dumps(r, ensure_ascii=False) + "\n"
                                           for r in foreign.get(mid, []) + rows.get(mid, [])).encode("utf-8")
