@@ -275,7 +275,7 @@ bench:  ## harness performance vs its targets -> results/bench/bench.{json,md} (
 	HF_HUB_OFFLINE=1 $(PY) -m bench.run --config $(CONFIG) $(BENCH_ARGS)
 
 bench-scale:  ## LongMemEval-sized runs on generated haystacks -> results/bench/scale_$(PRESET).{json,md} (PRESET=s|m, LIMIT=N questions, BENCH_ARGS="--latency 0.2 --pool 2000")
-	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(BENCH_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m bench.scale --preset $(PRESET) $(if $(LIMIT),--limit $(LIMIT)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(BENCH_ARGS)
 
 bench-beam-10m:  ## a 10M-token BEAM chat generated from the real 100K chats through stages 01-06: per-stage CPU s and peak RSS -> results/bench/beam_10M.{json,md} (BENCH_ARGS="--tokens N --embedding model")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.beam_scale --tokens 10000000 $(BENCH_ARGS)

@@ -2,6 +2,7 @@
 
     python -m bench.scale --preset s [--limit 20] [--latency 0.2] [--concurrency 16] [--pool 2000] [--set k=v]
     python -m bench.scale --preset m [--limit 3] [--fit-sessions 10,20,40]
+    python -m bench.scale --preset m --limit 2 --executor ray   # stages 02-07 as Ray tasks
 
 Data: ``bench.scale_data`` (seeded; the first N questions of a preset are the same whatever N, so
 LIMIT=N runs a prefix of the preset's 500). LongMemEval 01-09 then runs against the fake endpoint
@@ -26,12 +27,14 @@ and writes the value at S = 500 (and x 500 / LIMIT questions), labelled as extra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -97,7 +100,8 @@ def one_run(opts: argparse.Namespace, server: Any, work: Path, sessions: int, li
     sets = bench_overrides(workdir=work, name=name, concurrency=opts.concurrency, base_url=server.base_url,
                            conversations=[], llm_cache=work / f"llm-{name}.sqlite",
                            embedding_cache=work / f"emb-{name}.sqlite")
-    run = PipelineRun(name=name, config=CONFIG, overrides=sets + [f"data.path={data}"] + list(opts.sets),
+    executor = [f"run.executor={opts.executor}"] if opts.executor != "local" else []
+    run = PipelineRun(name=name, config=CONFIG, overrides=sets + [f"data.path={data}"] + executor + list(opts.sets),
                       package="LongMemEval")
     print(f"bench-scale: {name}: {gen['haystack_slots']} haystack sessions ({gen['distinct_sessions']} distinct), "
           f"L={opts.latency}s, concurrency {opts.concurrency}", flush=True)
@@ -174,6 +178,85 @@ def fit(runs: list[dict[str, Any]], target_s: int, questions: int) -> dict[str, 
     return out
 
 
+class WorkerSampler:
+    """Peak RSS and CPU seconds of the Ray worker processes under a head we started.
+
+    A stage process measures only itself (the driver); the memory stages' work runs in the
+    cluster's worker processes, children of the head's raylet, so they are sampled here."""
+
+    def __init__(self, head_pid: int, every: float = 0.5):
+        self.head_pid, self.every = head_pid, every
+        self.peak_rss: dict[int, int] = {}
+        self.cpu: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> None:
+        import psutil
+
+        try:
+            procs = psutil.Process(self.head_pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for p in procs:
+            try:
+                if not p.name().startswith("ray::") and "default_worker" not in " ".join(p.cmdline()):
+                    continue
+                self.peak_rss[p.pid] = max(self.peak_rss.get(p.pid, 0), p.memory_info().rss)
+                t = p.cpu_times()
+                self.cpu[p.pid] = t.user + t.system  # cumulative: the last sample is the process's total
+            except psutil.Error:
+                continue
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def __enter__(self) -> "WorkerSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def figures(self) -> dict[str, Any]:
+        return {"workers": len(self.peak_rss), "peak_rss_bytes_per_worker": max(self.peak_rss.values(), default=0),
+                "cpu_seconds": round(sum(self.cpu.values()), 2)}
+
+
+@contextlib.contextmanager
+def ray_cluster(opts: argparse.Namespace, work: Path) -> Iterator[Optional[WorkerSampler]]:
+    """With ``--executor ray``: join RAY_ADDRESS, else start a loopback head for the bench (each
+    stage process then joins it instead of starting a cluster of its own) and sample its workers."""
+    if opts.executor != "ray" or os.environ.get("RAY_ADDRESS"):
+        yield None
+        return
+    from bench.ray_bench import LOOPBACK, cluster
+
+    saved = {k: os.environ.get(k) for k in ("RAY_ADDRESS", *LOOPBACK)}
+    with cluster(opts.ray_cpus, work / "logs") as (address, seconds):
+        print(f"bench-scale: Ray head on {address} ({seconds} s to start)", flush=True)
+        os.environ.update({"RAY_ADDRESS": address, **LOOPBACK})  # the stage processes inherit it
+        try:
+            with WorkerSampler(_head_pid()) as sampler:
+                yield sampler
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def _head_pid() -> int:
+    """The newest ``ray start --head`` child of this process (bench.ray_bench.cluster's)."""
+    import psutil
+
+    heads = [p for p in psutil.Process().children() if "--head" in " ".join(p.cmdline())]
+    return heads[-1].pid if heads else 0
+
+
 def run_scale(opts: argparse.Namespace) -> dict[str, Any]:
     from tests.fake_openai import FakeOpenAI
 
@@ -184,12 +267,15 @@ def run_scale(opts: argparse.Namespace) -> dict[str, Any]:
     fresh_workdir(work)
     result: dict[str, Any] = {"preset": opts.preset, "preset_full": {"questions": q_full, "sessions": s_full},
                               "pool": opts.pool, "seed": opts.seed, "limit": limit, "latency": opts.latency,
-                              "concurrency": opts.concurrency, "machine": machine_info(),
+                              "concurrency": opts.concurrency, "executor": opts.executor, "machine": machine_info(),
                               "load_start": load_average(), "targets": TARGETS, "runs": []}
     started = time.time()
-    with FakeOpenAI(latency=opts.latency) as server:
+    with ray_cluster(opts, work) as sampler, FakeOpenAI(latency=opts.latency) as server:
         for s in sizes:
             result["runs"].append(one_run(opts, server, work, s, limit))
+        if sampler is not None:
+            sampler._sample()
+            result["ray_workers"] = sampler.figures()
     result["wall_seconds"] = round(time.time() - started, 1)
     result["load_end"] = load_average()
     if opts.preset == "s":
@@ -212,7 +298,12 @@ def render(r: dict[str, Any]) -> str:
     lines = [f"# bench-scale preset {r['preset']} (pool {r['pool']}, seed {r['seed']}, first {r['limit']} questions, "
              f"L = {r['latency']} s, concurrency {r['concurrency']})", "",
              f"Machine: {r['machine'].get('cpu_count')} CPUs; load average {r['load_start']} at start, "
-             f"{r['load_end']} at end; bench wall {r['wall_seconds']} s.", ""]
+             f"{r['load_end']} at end; bench wall {r['wall_seconds']} s; executor {r.get('executor', 'local')}.", ""]
+    if r.get("ray_workers"):
+        w = r["ray_workers"]
+        lines += [f"Ray workers (stages 02-07 ran there; the stage rows' CPU and RSS are the driver's): "
+                  f"{w['workers']} processes, {w['cpu_seconds']} CPU s in all, peak RSS "
+                  f"{w['peak_rss_bytes_per_worker'] / 2**20:.0f} MiB per worker.", ""]
     for run in r["runs"]:
         d = run["data"]
         lines += [f"## {run['name']}: {run['questions']} questions x {run['sessions']} sessions "
@@ -265,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--latency", type=float, default=0.2, help="seconds the fake endpoint waits per call (L)")
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="ray: stages 02-07 as Ray tasks (run.executor=ray) on RAY_ADDRESS, else a head started here")
+    p.add_argument("--ray-cpus", type=int, default=2, help="CPUs of the head started here (--executor ray)")
     p.add_argument("--out", default="results/bench")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

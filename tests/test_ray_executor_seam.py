@@ -210,3 +210,30 @@ def test_shared_bound_pools_hold_the_bound_across_workers_and_pass_leases_on(mon
     time.sleep(3 * ray_executor.SharedBoundPool.IDLE)  # the leases nobody took go back
     assert peak[0] == 2 and leases.peak == 2 and not leases.held  # all given back at the end
     assert len(asked) < 80  # 80 requests: some leases went to the next request without the actor
+
+
+@pytest.mark.cluster  # three stages twice (~3 s on a loaded machine): make test-slow
+def test_shared_sessions_are_partitioned_through_the_run_wide_representative(tmp_path, fake_server, monkeypatch):
+    """LongMemEval haystacks share sessions: a memory's task must send the local engine's request
+    for a shared session (the prompt names the representative's memory), not one of its own, so
+    that the rows match the local engine's and every task after the first gets a cache hit."""
+    tiny = REPO / "tests" / "fixtures" / "lme_tiny.json"
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    monkeypatch.setattr(ray_executor, "dispatch", ray_executor.dispatch_in_process)
+    stages = tuple(engine.by_name(s) for s in ("01_preprocess", "02_episodes", "03_extract"))
+    runs = {}
+    for executor in ("local", "ray"):
+        sets = run_overrides(tmp_path / executor, tiny, **fake_vectors(fake_server.base_url),
+                             **{"run.executor": executor, "llm.shard_flush_calls": 3})
+        runs[executor] = engine.Run(load_config(["configs/longmemeval.yaml"], sets), progress=False)
+        # ray: one stage per invocation (as `make bench-scale` runs them): 03's task starts from
+        # the run directory, where the lent representatives' 02 rows must reach it too
+        for group in ((stages,) if executor == "local" else tuple((s,) for s in stages)):
+            for _ in engine.execute(runs[executor], group):
+                pass
+    local, ray = runs["local"], runs["ray"]
+    assert json.loads((local.dir / "02_episodes.manifest.json").read_text())["dedup"]["calls_saved_by_reuse"] > 0
+    for name in ("episodes", "records"):
+        assert [comparable(r) for r in rows(local.path(name))] == [comparable(r) for r in rows(ray.path(name))], name
+    # each task's own rows only, none of the representatives it was lent
+    assert len(rows(ray.path("episodes"))) == len(rows(ray.path("sessions")))

@@ -45,12 +45,18 @@ from common.core.config import ROLES, Config, resolve_path
 from common.core.endpoints import EndpointPool, EndpointSpec
 from common.core.io import read_jsonl, write_json, write_jsonl
 from common.core.llm import CallStats, EndpointNotConfigured, LLMClient, ResponseCache, resolve_endpoints
+from common.core.schema import Session, from_dict
+from common.method.dedup import session_content_key
 from common.pipeline import engine
 from common.pipeline.graph import Stage
 
 MAX_RETRIES = 3  # a task whose worker died is run again (Ray's system-failure retries)
 # Per-memory directories a stage writes besides its rows: the index (04), a system's state (06).
 MEMORY_DIRS = ("04_index/{mid}", "06_retrieve/memory/{mid}")
+# The stages whose rows are deduplicated across memories (shared sessions, their episodes): a
+# task runs them over its own sessions plus the representatives other memories hold.
+SHARED_STAGES = ("02_episodes", "03_extract")
+_SHARED_ARTIFACTS = ("sessions", "episodes", "records")
 # Manifest fields the driver sets itself rather than summing the memories'.
 _OWN_FIELDS = {"stage", "finished_at", "wall_seconds", "code", "inputs", "outputs", "rows", "config", "llm"}
 _ROOT = Path(__file__).resolve().parents[2]
@@ -356,12 +362,15 @@ def run_memory(task: MemoryTask, cache: Remote, bounds: dict[str, Any]) -> Memor
         outputs: dict[str, StageOutput] = {}
         for stage_id in task.stages:
             node = engine.by_name(stage_id)
+            if node.id not in SHARED_STAGES:
+                _drop_foreign_rows(run, task.memory_id)
             before = _raw_stats(run._client)
             engine.run_stage(run, node)
             manifest_path = artifacts.manifest_path(run.dir, node.id)
             out = node.output(run.dir, cfg.judge.name)
             outputs[node.id] = StageOutput(
-                list(read_jsonl(out)) if out.exists() else None,
+                [r for r in read_jsonl(out) if r.get("memory_id", task.memory_id) == task.memory_id]
+                if out.exists() else None,
                 json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {},
                 _delta(before, _raw_stats(run._client)))
             run.flush()  # what this stage paid for is in the run's cache before the next starts
@@ -379,6 +388,23 @@ def run_memory(task: MemoryTask, cache: Remote, bounds: dict[str, Any]) -> Memor
 
 
 # ----------------------------------------------------------------------------- the driver
+def _session_of(row: dict[str, Any]) -> str:
+    """``memory::session`` of a 02 row (its session key) or a 03 row (its episode id's prefix)."""
+    if "session_key" in row:
+        return str(row["session_key"])
+    return "::".join(str(row.get("episode_id", "")).split("::")[:2])
+
+
+def _drop_foreign_rows(run: engine.Run, memory_id: str) -> None:
+    """Past the shared stages, the other memories' representatives leave the scratch run: the
+    index, plans and answers are this memory's alone."""
+    for name in _SHARED_ARTIFACTS:
+        path = run.path(name)
+        if path.exists():
+            kept = [r for r in read_jsonl(path) if r.get("memory_id") == memory_id]
+            write_jsonl(path, kept)
+
+
 def _by_memory(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -387,21 +413,57 @@ def _by_memory(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def foreign_representatives(session_rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per memory, the sessions of OTHER memories that represent some of its own (the run-wide
+    first occurrence of the same content, as ``common.method.dedup.representatives`` picks it), in
+    the run's order.
+
+    The local engine partitions a shared session once, through its representative, and serves
+    every copy from that call (whose prompt names the representative's memory). A task that saw
+    only its own memory would send its own, different request for each copy: a call paid once
+    per haystack and rows unlike the local engine's. Given these sessions first, the task's own
+    dedup picks the same representatives, so its requests are the local engine's, byte for byte
+    (a cache hit once another task has merged them)."""
+    first: dict[str, dict[str, Any]] = {}
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    seen: set[tuple[str, str]] = set()
+    for row in session_rows:
+        rep = first.setdefault(session_content_key(from_dict(Session, row)), row)
+        mid, rep_key = row["memory_id"], f"{rep['memory_id']}::{rep['session_id']}"
+        if rep["memory_id"] != mid and (mid, rep_key) not in seen:
+            seen.add((mid, rep_key))
+            out[mid].append(rep)
+    return out
+
+
 def memory_slices(run: engine.Run, memory_ids: list[str]) -> dict[str, dict[str, bytes]]:
-    """Each memory's part of the run directory: its rows of every artifact, its directories, and
-    the run-wide files the stages check (the fingerprint, the resolved config)."""
+    """Each memory's part of the run directory: its rows of every artifact (its sessions preceded
+    by the representatives other memories hold, ``foreign_representatives``), its directories,
+    and the run-wide files the stages check (the fingerprint, the resolved config)."""
     shared = {name: (run.dir / name).read_bytes() for name in ("fingerprint.json", "config.resolved.yaml")
               if (run.dir / name).exists()}
     out: dict[str, dict[str, bytes]] = {m: dict(shared) for m in memory_ids}
+    lent_keys: dict[str, set[str]] = {}
     for name in ("sessions", "questions", "gold", "session_sources", "episodes", "records", "index", "plans",
                  "retrievals", "answers"):
         path = run.path(name)
         if not path.exists():
             continue
-        rows = _by_memory(list(read_jsonl(path)))
+        all_rows = list(read_jsonl(path))
+        rows = _by_memory(all_rows)
+        if name == "sessions":
+            lent = foreign_representatives(all_rows)
+            lent_keys = {mid: {f"{r['memory_id']}::{r['session_id']}" for r in rs} for mid, rs in lent.items()}
+            foreign: dict[str, list[dict[str, Any]]] = lent
+        elif name in ("episodes", "records"):
+            # the lent sessions' rows of the shared stages, for a task that starts past 02 (one
+            # stage per process) or resumes: its dedup reads the representative's rows
+            foreign = {mid: [r for r in all_rows if _session_of(r) in keys] for mid, keys in lent_keys.items()}
+        else:
+            foreign = {}
         for mid in memory_ids:
             out[mid][path.name] = "".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                          for r in rows.get(mid, [])).encode("utf-8")
+                                          for r in foreign.get(mid, []) + rows.get(mid, [])).encode("utf-8")
     for mid in memory_ids:
         for pattern in MEMORY_DIRS:
             base = run.dir / pattern.format(mid=mid)
