@@ -1,10 +1,10 @@
-"""A small driver for the memory systems that run in their own environment (``systems/<name>/``),
-used until the harness's own process boundary drives them.
+"""A small driver for the memory systems that run in their own environment (``systems/<name>/``):
+one adapter by hand, outside the harness's stages (a run drives them with ``method.name=<name>``).
 
 It builds (or reuses) the system's virtual environment ``.systems/<name>/venv`` from
-``systems/<name>/requirements.txt`` through ``common.systems.envs`` (as a run does), starts ``systems/<name>/adapter.py`` in it as a child process
-with the protocol's environment, and speaks the JSON-lines protocol to it (hello, ingest, search,
-close; see docs/memory-systems.md).
+``systems/<name>/requirements.txt`` through ``common.systems.envs`` (as a run does), starts
+``systems/<name>/adapter.py`` in it as a child process with the protocol's environment, and speaks
+the JSON-lines protocol to it (hello, ingest, search, close; see docs/memory-systems.md).
 
 The child's OpenAI base URL is a relay on 127.0.0.1 that adds the ``X-Prompt-Id: gateway.<name>``
 header (as the harness's gateway does, so that the fake server answers an outside system's plain

@@ -118,10 +118,10 @@ def test_system_ingests_and_searches_through_the_endpoint_only(name):
 # is built once (or reused while its stamp matches) and shared by its module fixture. Letta and
 # MemoryOS build in about 4 minutes each and run in `make test-slow`; MemOS, HippoRAG and Cognee
 # take 10 to 16 minutes to build and run in `make test-systems-all` only (marker `systems_heavy`).
-HARNESS_SYSTEMS = [pytest.param("letta", marks=pytest.mark.systems),
-                   pytest.param("memoryos", marks=pytest.mark.systems),
-                   *(pytest.param(n, marks=[pytest.mark.systems, pytest.mark.systems_heavy])
-                     for n in ("memos", "hipporag", "cognee"))]
+# One xdist group per system: its tests share one worker, so its module fixture runs once.
+HARNESS_SYSTEMS = [pytest.param(n, marks=[pytest.mark.systems, pytest.mark.xdist_group(f"system-{n}"),
+                                          *([pytest.mark.systems_heavy] if n in HEAVY else [])])
+                   for n in ("letta", "memoryos", "memos", "hipporag", "cognee")]
 BEFORE_RETRIEVE = ["preprocess", "episodes", "extract", "index", "plan"]
 
 
@@ -147,6 +147,7 @@ def harness_run(request, tmp_path_factory):
     import signal
     import threading
     import time
+    from urllib.parse import urlparse
 
     from common.systems import envs, process
     from tests.conftest import REAL_LOCOMO, REPO, run_stages, through_the_gateway
@@ -195,6 +196,9 @@ def harness_run(request, tmp_path_factory):
         run_stages("configs/locomo.yaml", _sets(tmp / "clean", REAL_LOCOMO, fake.base_url, name),
                    ["retrieve", "answer"])
         out["rerun"] = fake.request_count - before
+        # judged and aggregated (gold only here), then the systems table built from the run
+        run_stages("configs/locomo.yaml", _sets(tmp / "clean", REAL_LOCOMO, fake.base_url, name),
+                   ["judge", "aggregate"])
 
         first = len(fake.requests)
         sets = _sets(tmp / "poisoned", poisoned, fake.base_url, name)
@@ -211,7 +215,8 @@ def harness_run(request, tmp_path_factory):
         out["killed"] = list(kill["killed"])
         out["redone"] = run_stages("configs/locomo.yaml", sets, ["retrieve", "answer"])
         out["poisoned_sent"] = _bodies(fake.requests[first:])
-        out.update(attempts=attempts, ports=ports, fake=("127.0.0.1", int(fake.base_url.rsplit(":", 1)[1].split("/")[0])))
+        url = urlparse(fake.base_url)
+        out.update(attempts=attempts, ports=ports, fake=(url.hostname, url.port))
     yield out
 
 
@@ -257,3 +262,24 @@ def test_a_killed_system_child_is_a_counted_failure_redone_next_run(harness_run)
     memory = redone.dir / "06_retrieve" / "memory" / "conv-26"
     assert (memory / "ingested.json").exists() and not (memory / "failed.json").exists()
     assert len(rows(redone.path("retrievals"))) == 15
+
+
+def test_the_systems_table_shows_the_systems_row_with_items_and_buffer_tokens(harness_run):
+    from common.report.tables import command
+
+    run, name = harness_run["run"], harness_run["name"]
+    block = json.loads(run.path("metrics").read_text())["memory_system"]
+    results = run.dir.parent.parent
+    assert command.main(["--results", str(results), "--out", str(results / "tables"), "--only", "systems"]) == 0
+    table = (results / "tables" / "systems.md").read_text()
+    head = next(x for x in table.splitlines() if x.startswith("| Ref"))
+    line = next(x for x in table.splitlines() if f" | {name} | " in x)
+    cells = dict(zip([c.strip() for c in head.split("|")], [c.strip() for c in line.split("|")]))
+    items = block["evidence_items"]
+    assert cells["Items / q (mean / p95)"] == f"{items['mean']:.1f} / {items['p95']:.1f}"
+    mean, p95 = (float(x.replace(",", "")) for x in cells["Buffer tokens / q (mean / p95)"].split(" / "))
+    assert mean == round(block["buffer_tokens"]["mean"]) > 0 and p95 == round(block["buffer_tokens"]["p95"])
+    if RUNNING[name]:
+        assert block["evidence_items"]["mean"] > 0 and "empty_buffer" not in cells["Outcomes"]
+    else:  # MemoryOS: every buffer without evidence, counted and shown
+        assert block["outcomes"]["empty_buffer"] == 15 and "empty_buffer 15 of 15" in cells["Outcomes"]
