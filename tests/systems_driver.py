@@ -1,10 +1,10 @@
-"""A small driver for the memory systems that run in their own environment (``systems/<name>/``),
-used until the harness's own process boundary drives them.
+"""A small driver for the memory systems that run in their own environment (``systems/<name>/``):
+one adapter by hand, outside the harness's stages (a run drives them with ``method.name=<name>``).
 
 It builds (or reuses) the system's virtual environment ``.systems/<name>/venv`` from
-``systems/<name>/requirements.txt``, starts ``systems/<name>/adapter.py`` in it as a child process
-with the protocol's environment, and speaks the JSON-lines protocol to it (hello, ingest, search,
-close; see docs/memory-systems.md).
+``systems/<name>/requirements.txt`` through ``common.systems.envs`` (as a run does), starts
+``systems/<name>/adapter.py`` in it as a child process with the protocol's environment, and speaks
+the JSON-lines protocol to it (hello, ingest, search, close; see docs/memory-systems.md).
 
 The child's OpenAI base URL is a relay on 127.0.0.1 that adds the ``X-Prompt-Id: gateway.<name>``
 header (as the harness's gateway does, so that the fake server answers an outside system's plain
@@ -35,9 +35,7 @@ from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ROOT / "systems"
-ENVS = ROOT / ".systems"
 LOCOMO = ROOT.parent / "shared" / "data" / "locomo" / "locomo10.json"
-STAMP = ".stamp"
 
 # The child's socket guard: connections to anything but the relay (and local UNIX sockets) are
 # refused and recorded, DNS lookups of any other name too.
@@ -81,39 +79,12 @@ socket.getaddrinfo = getaddrinfo
 
 
 # --------------------------------------------------------------------------- environments
-def stamp_of(name: str) -> str:
-    """What a built environment must match: the requirements file, the pip arguments and the
-    interpreter."""
-    text = (SYSTEMS / name / "requirements.txt").read_bytes()
-    args = SYSTEMS / name / "pip-args.txt"
-    extra = b"\x00" + args.read_bytes() if args.exists() else b""
-    return hashlib.sha256(text + extra + sys.version.encode()).hexdigest()
+def build_env(name: str) -> Path:
+    """``.systems/<name>/venv``, built (or reused while its stamp matches) by the harness's one
+    environment builder, ``common.systems.envs`` (pip-args.txt and all)."""
+    from common.systems import envs
 
-
-def venv_python(name: str) -> Path:
-    return ENVS / name / "venv" / "bin" / "python"
-
-
-def build_env(name: str, *, log: Any = sys.stderr) -> Path:
-    """``.systems/<name>/venv`` built from ``systems/<name>/requirements.txt`` (reused when its
-    stamp matches); raises ``RuntimeError`` naming the command and pip's last lines on failure."""
-    venv = ENVS / name / "venv"
-    stamp = venv / STAMP
-    want = stamp_of(name)
-    if stamp.exists() and stamp.read_text().strip() == want:
-        return venv_python(name)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    extra = (SYSTEMS / name / "pip-args.txt")
-    args = extra.read_text().split() if extra.exists() else []
-    cmd = [str(venv / "bin" / "pip"), "install", "-q", *args, "-r", str(SYSTEMS / name / "requirements.txt")]
-    print(f"building .systems/{name}/venv: {' '.join(cmd)}", file=log, flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("WARNING: Location"))[-2000:]
-        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{tail}")
-    stamp.write_text(want + "\n")
-    return venv_python(name)
+    return envs.build(name)
 
 
 def tiktoken_cache() -> Optional[Path]:

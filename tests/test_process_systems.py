@@ -174,6 +174,10 @@ def test_the_child_gets_no_secret_of_the_user(child_env):
     assert seen["OPENAI_BASE_URL"] == "http://127.0.0.1:9/v1" and seen["HARNESS_GATEWAY_URL"] == "http://127.0.0.1:9"
     assert seen["HARNESS_EMBED_DIM"] == "8" and seen["HARNESS_SYSTEM_DIR"].endswith("/m/store")
     assert "AWS_SECRET_ACCESS_KEY" not in seen and "sk-the-users-own" not in seen.values()
+    # tiktoken would download its BPE files: the child reads the harness's cache instead
+    from common.core.tokens import tiktoken_cache_dir
+
+    assert seen["TIKTOKEN_CACHE_DIR"] == str(tiktoken_cache_dir())
 
 
 def test_a_failing_search_child_is_a_counted_failure_reaped_and_redone(child_env):
@@ -405,6 +409,46 @@ def test_system_env_is_built_once_and_stamped(tmp_path, monkeypatch):
     log = "ERROR: Could not find a version that satisfies the requirement simplemem==9.9 (from versions: 0.1.0)\n" \
           "ERROR: No matching distribution found for simplemem==9.9\n"
     assert envs.failed_package(log) == "simplemem==9.9"
+
+
+def test_pip_args_reach_pip_and_the_stamp(tmp_path, monkeypatch):
+    """``systems/<name>/pip-args.txt`` is passed to pip before the requirements, and changing it
+    (like changing the pins or the interpreter) makes the environment out of date."""
+    root = tmp_path / "systems"
+    (root / "mini").mkdir(parents=True)
+    (root / "mini" / "adapter.py").write_text("")
+    (root / "mini" / "requirements.txt").write_text("somepkg==1.0\n")
+    monkeypatch.setenv("HARNESS_SYSTEMS_ROOT", str(root))
+    monkeypatch.setenv("HARNESS_SYSTEMS_ENVS", str(tmp_path / "envs"))
+    plain = envs.checksum("mini")
+    (root / "mini" / "pip-args.txt").write_text("--no-deps  # the pins list every package\n")
+    assert envs.pip_args("mini") == ["--no-deps"] and envs.checksum("mini") != plain
+    monkeypatch.setattr(envs.sys, "version", "another interpreter")
+    assert envs.checksum("mini") != plain
+    monkeypatch.undo()
+    monkeypatch.setenv("HARNESS_SYSTEMS_ROOT", str(root))
+    monkeypatch.setenv("HARNESS_SYSTEMS_ENVS", str(tmp_path / "envs"))
+    seen: list[list[str]] = []
+    real = envs.subprocess.Popen
+
+    class Pip:  # pip itself is not run (no package is fetched): its command line is what counts
+        def __new__(cls, cmd, **kwargs):
+            if "pip" not in cmd:
+                return real(cmd, **kwargs)  # python -m venv
+            seen.append(cmd)
+            return super().__new__(cls)
+
+        def __init__(self, cmd, **kwargs):
+            self.stdout = iter(["Collecting somepkg==1.0\n"])
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(envs.subprocess, "Popen", Pip)
+    python = envs.build("mini", quiet=True)
+    pip = seen[0]
+    assert pip[pip.index("--no-deps") + 1:] == ["-r", str(root / "mini" / "requirements.txt")]
+    assert (python.parent.parent / envs.STAMP).read_text().strip() == envs.checksum("mini") and envs.ready("mini")
 
 
 def test_method_name_accepts_a_systems_folder_and_nothing_else(monkeypatch):

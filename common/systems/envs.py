@@ -4,9 +4,12 @@
 
 ``systems/<name>/requirements.txt`` pins the system's packages exactly (``package==version``, one
 per line; comments, blank lines and pip option lines ``--...`` allowed); ``systems/<name>/adapter.py``
-is the child process the harness talks to (``common.systems.process``). The environment is ``python3 -m venv`` plus
-``pip install -r requirements.txt``, stamped with the checksum of that file like the harness's
-``.venv``: built once, rebuilt when the pins change, built on first use by a run when missing.
+is the child process the harness talks to (``common.systems.process``); an optional
+``systems/<name>/pip-args.txt`` holds extra pip arguments (e.g. ``--no-deps`` when a system's own
+metadata pins versions that cannot be met together, and its requirements list every package). The
+environment is ``python3 -m venv`` plus ``pip install <pip-args> -r requirements.txt``, stamped
+(``venv/.stamp``) with the checksum of both files and the interpreter's version: built once, rebuilt
+when any of them changes, built on first use by a run when missing.
 pip's output goes to ``.systems/<name>/pip.log``; the console shows one line per package pip
 collects; a package pip cannot install stops the build with one line naming it.
 
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
-STAMP = ".installed"
+STAMP = ".stamp"
 # ``package==version`` with optional extras; nothing looser: a system's numbers depend on its versions.
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9.!+_-]+$")
 
@@ -78,9 +81,20 @@ def requirements(name: str) -> list[str]:
     return out
 
 
+def pip_args(name: str) -> list[str]:
+    """The extra pip arguments of ``systems/<name>/pip-args.txt`` (none when it is missing)."""
+    path = system_dir(name) / "pip-args.txt"
+    if not path.is_file():
+        return []
+    return [a for raw in path.read_text(encoding="utf-8").splitlines() for a in raw.split("#", 1)[0].split()]
+
+
 def checksum(name: str) -> str:
+    """What a built environment must match: its pins, its pip arguments, the interpreter that made it."""
     data = (system_dir(name) / "requirements.txt").read_bytes()
-    return hashlib.sha256(data).hexdigest()
+    args = system_dir(name) / "pip-args.txt"
+    extra = b"\x00" + args.read_bytes() if args.is_file() else b""
+    return hashlib.sha256(data + extra + sys.version.encode()).hexdigest()
 
 
 def venv(name: str) -> Path:
@@ -137,7 +151,9 @@ def _build(name: str, quiet: bool) -> Path:
     target = venv(name)
     shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    say(f"system-env {name}: creating {target} ({len(pins)} pinned packages)")
+    extra = pip_args(name)
+    say(f"system-env {name}: creating {target} ({len(pins)} pinned packages"
+        f"{', pip ' + ' '.join(extra) if extra else ''})")
     # No pin: the environment needs no pip (the standard library only, and much faster to make).
     cmd = [sys.executable, "-m", "venv", *(["--without-pip"] if not pins else []), str(target)]
     made = subprocess.run(cmd, capture_output=True, text=True)
@@ -147,7 +163,7 @@ def _build(name: str, quiet: bool) -> Path:
     if pins:
         log = target.parent / "pip.log"
         cmd = [str(python(name)), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-               "-r", str(system_dir(name) / "requirements.txt")]
+               *pip_args(name), "-r", str(system_dir(name) / "requirements.txt")]
         with log.open("w", encoding="utf-8") as out:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             assert proc.stdout is not None

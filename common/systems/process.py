@@ -62,6 +62,22 @@ CLOSE_SECONDS = 10.0  # a child asked to close gets this long to exit before its
 _children: "weakref.WeakSet[Child]" = weakref.WeakSet()
 
 
+def tiktoken_env() -> dict[str, str]:
+    """``TIKTOKEN_CACHE_DIR`` for a child: tiktoken downloads its BPE files on first use, and a
+    child may reach nothing but the gateway, so it reads the harness's verified copies."""
+    from common.core.tokens import seed_tiktoken_cache, tiktoken_cache_dir
+
+    folder = tiktoken_cache_dir()
+    if folder is None:
+        return {}
+    for encoding in ("cl100k_base", "o200k_base"):  # what the systems count tokens with
+        try:
+            seed_tiktoken_cache(encoding)
+        except RuntimeError:  # a corrupt packaged file: the child falls back as tiktoken does
+            pass
+    return {"TIKTOKEN_CACHE_DIR": str(folder)}
+
+
 class ChildFailure(RuntimeError):
     """A child that crashed, hung, or answered out of protocol; ``cause`` is the counted cause."""
 
@@ -235,7 +251,7 @@ class ProcessSystem(MemorySystem):
     def settings(self) -> dict[str, Any]:
         folder = envs.system_dir(self.system)
         digests = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()[:16]
-                   for f in ("adapter.py", "requirements.txt") if (folder / f).is_file()}
+                   for f in ("adapter.py", "requirements.txt", "pip-args.txt") if (folder / f).is_file()}
         return {**self.opts, "system": self.system, **digests}
 
     def extra(self) -> dict[str, Any]:
@@ -262,7 +278,7 @@ class ProcessSystem(MemorySystem):
                "HARNESS_SYSTEM_DIR": str(store),
                "HARNESS_LLM_MODEL": self.ctx.cfg.role(self.role or "memory").model,
                "HARNESS_EMBED_MODEL": self.ctx.cfg.embedding.model,
-               "HARNESS_EMBED_DIM": str(self.ctx.embedder().dim), **CHILD_ENV}
+               "HARNESS_EMBED_DIM": str(self.ctx.embedder().dim), **tiktoken_env(), **CHILD_ENV}
         folder = envs.system_dir(self.system)
         child = Child([str(self._python), "-u", str(folder / "adapter.py")], env, folder, log, label)
         try:

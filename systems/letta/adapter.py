@@ -50,7 +50,9 @@ class LettaAdapter(proto.Adapter):
         # "stop": the server stops when this process lets go of it (close, or exit).
         self.pg = pgserver.get_server(str(ROOT / "pg"), cleanup_mode="stop")
         self.pg.psql("CREATE EXTENSION IF NOT EXISTS vector;")
-        socket_dir = str(ROOT / "pg")
+        # pgserver puts the socket in the data directory unless that path is too long for a UNIX
+        # socket (108 bytes: a deep run directory), then in a short runtime directory: ask it where.
+        socket_dir = str(self.pg.get_postmaster_info().socket_dir or ROOT / "pg")
         os.environ["LETTA_PG_URI"] = f"postgresql://postgres@/postgres?host={socket_dir}"
         os.environ["PGUSER"] = "postgres"  # asyncpg reads it; Letta's URI conversion drops the user
         os.environ.setdefault("OPENAI_API_KEY", proto.API_KEY)
