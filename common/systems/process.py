@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, ClassVar, Optional
 
 from common.core.schema import Question, RetrievalRow
-from common.core.tokens import count_tokens
+from common.core.tokens import count_tokens, seed_tiktoken_cache, tiktoken_cache_dir
 from common.method.render import MemoryView
 from common.systems import envs, outcomes
 from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, render, turn_text
@@ -65,8 +65,6 @@ _children: "weakref.WeakSet[Child]" = weakref.WeakSet()
 def tiktoken_env() -> dict[str, str]:
     """``TIKTOKEN_CACHE_DIR`` for a child: tiktoken downloads its BPE files on first use, and a
     child may reach nothing but the gateway, so it reads the harness's verified copies."""
-    from common.core.tokens import seed_tiktoken_cache, tiktoken_cache_dir
-
     folder = tiktoken_cache_dir()
     if folder is None:
         return {}
