@@ -37,9 +37,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from common.benchmarks import beam_data, locomo
+from common.benchmarks import beam_data, locomo, sampling
 from common.benchmarks.base import BenchmarkData, DataError, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, read_json, required, show
 from common.core.config import resolve_path
@@ -233,44 +231,25 @@ def _parse_questions(path: Path, memory_id: str) -> tuple[list[Question], list[G
     return questions, golds
 
 
-# ``data.question_limit`` on BEAM: the seed of the per-chat draw across abilities.
-LIMIT_SEED = 42
-LIMIT_RULE = (f"N questions of each chat drawn across its abilities (stratified: one ability after another "
-              f"in a seeded order, a seeded question of each; seed {LIMIT_SEED} and the chat's number)")
+# ``data.question_limit`` on BEAM: the per-chat draw across abilities (common.benchmarks.sampling).
+LIMIT_SEED = sampling.SEED
+LIMIT_RULE = sampling.rule("abilities", "ability", "chat")
 
 
 def sample(data: BenchmarkData, question_limit: int) -> BenchmarkData:
     """``question_limit`` questions of each chat, spread over its abilities.
 
     A chat's question file lists its abilities one block after another, abstention first, so its
-    first N questions would all be abstention questions. Which questions a partial run covers is
-    a choice of the data subset, made here before any stage runs and never seen by the method
-    (as ``common.benchmarks.subset`` draws the ablation subsets): it reads the gold ability labels
-    for that only. The draw is seeded per chat (``LIMIT_SEED`` and the chat's folder number), so
-    a chat gets the same questions whichever other chats are selected; the abilities are visited
-    in a seeded order and each gives one seeded question per round until N are taken. The kept
-    questions stay in file order.
+    first N questions would all be abstention questions: the draw is ``sampling.sample_across``,
+    seeded by the chat's folder number (``beam-100K-7`` -> 7).
     """
-    if question_limit < 0:
-        raise ValueError(f"data.question_limit: must be >= 0, got {question_limit}")
-    by_chat: dict[str, dict[str, list[str]]] = {}
-    for g in data.gold:
-        by_chat.setdefault(g.memory_id, {}).setdefault(g.question_type, []).append(g.qid)
-    keep: set[str] = set()
-    for memory_id, by_ability in by_chat.items():
-        number = memory_id.rsplit("-", 1)[-1]
-        rng = np.random.default_rng([LIMIT_SEED, int(number) if number.isdigit() else 0])
-        order = [a for a in ABILITIES if a in by_ability] + sorted(a for a in by_ability if a not in ABILITIES)
-        order = [order[i] for i in rng.permutation(len(order))]
-        pools = {a: [by_ability[a][i] for i in rng.permutation(len(by_ability[a]))] for a in order}
-        taken: list[str] = []
-        while len(taken) < question_limit and any(pools.values()):
-            for a in order:
-                if pools[a] and len(taken) < question_limit:
-                    taken.append(pools[a].pop(0))
-        keep.update(taken)
-    return BenchmarkData(sessions=data.sessions, questions=[q for q in data.questions if q.qid in keep],
-                         gold=[g for g in data.gold if g.qid in keep])
+    return sampling.sample_across(data, question_limit, lambda g: g.question_type, ABILITIES,
+                                  number_of=_chat_number)
+
+
+def _chat_number(memory_id: str) -> int:
+    number = memory_id.rsplit("-", 1)[-1]
+    return int(number) if number.isdigit() else 0
 
 
 def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: int | None = None) -> BenchmarkData:
