@@ -6,17 +6,23 @@ of the harness is installed. An adapter puts this directory on ``sys.path`` and 
 
 JSON lines on stdin/stdout, one request then one reply:
 
-* ``{"op": "hello"}`` -> ``{"ok": true, "system": ..., "version": ...}``
+* ``{"op": "hello", "options": {...}, "protocol": "common"|"native"}`` -> ``{"ok": true, "system": ...,
+  "version": ..., "answers": <bool>}``
 * ``{"op": "ingest", "memory_id", "sessions": [{"session_id", "date", "turns": [{"turn_id",
   "speaker", "text"}]}]}`` -> ``{"ok": true, "items": <int>, "errors": [<str>, ...]}``
 * ``{"op": "search", "memory_id", "question", "question_date", "limit"}`` -> ``{"ok": true,
   "evidence": [{"text", "score", "source_turn_ids"}], "context": <str>}``
+* ``{"op": "answer", ...}`` (as search; only under the native protocol, to an adapter whose hello
+  said ``"answers": true``) -> the search reply plus ``"answer": <str>``.
 * ``{"op": "close"}`` -> ``{"ok": true}``, then the process exits.
+
+Optional reply fields: ``built`` (ingest: what the memory holds, by name), ``errors`` and
+``fallbacks`` (search: ERROR records logged and fallbacks noted while searching).
 
 Any failure is ``{"ok": false, "error": "<type>: <message>"}``. Libraries print to stdout, so the
 protocol keeps a private copy of file descriptor 1 and points fd 1 (and ``sys.stdout``) at stderr:
 nothing a system prints can corrupt a reply. Log records of level ERROR or above that a system
-emits (or swallows after logging) during an ingestion are returned in ``errors``.
+emits (or swallows after logging) during an ingestion or a search are returned in ``errors``.
 """
 from __future__ import annotations
 
@@ -81,12 +87,42 @@ class ErrorLog(logging.Handler):
 
 
 class Adapter:
-    """What a system implements; ``ingest`` returns (items, errors), ``search`` (evidence, context)."""
+    """What a system implements; ``ingest`` returns (items, errors), ``search`` (evidence, context).
+
+    ``protocol`` (``common`` or ``native``) and ``options`` are set from the hello request before
+    any ingestion. A system whose reference evaluation lets its own agent answer sets ``answers``
+    and implements ``answer`` (used only under the native protocol). While ingesting, an adapter
+    says what the memory holds beyond its item count with ``note_built``; while searching, a
+    fallback from its own retrieval with ``note_fallback``. ERROR log records during an ingestion
+    or a search are returned as that request's ``errors``.
+    """
 
     system = "?"
+    answers = False
+    protocol = "common"
+    options: dict[str, Any] = {}
 
     def version(self) -> str:
         return "?"
+
+    def note_built(self, **counts: Any) -> None:
+        self._built = {**getattr(self, "_built", {}), **counts}
+
+    def note_fallback(self, kind: str) -> None:
+        fallbacks = getattr(self, "_fallbacks", {})
+        fallbacks[kind] = fallbacks.get(kind, 0) + 1
+        self._fallbacks = fallbacks
+
+    def take_notes(self) -> tuple[dict[str, Any], dict[str, int]]:
+        """What the last request noted (built, fallbacks), cleared for the next one."""
+        notes = (getattr(self, "_built", {}), getattr(self, "_fallbacks", {}))
+        self._built, self._fallbacks = {}, {}
+        return notes
+
+    def answer(self, memory_id: str, question: str, question_date: Optional[str],
+               limit: int) -> tuple[list[dict[str, Any]], str, str]:
+        """The native protocol's agent: (evidence it retrieved, context, its answer)."""
+        raise NotImplementedError
 
     def ingest(self, memory_id: str, sessions: list[dict[str, Any]]) -> tuple[int, list[str]]:
         raise NotImplementedError
@@ -97,6 +133,18 @@ class Adapter:
 
     def close(self) -> None:
         pass
+
+
+class _errors_logged:
+    """``with _errors_logged() as catcher:`` the ERROR records logged in the block, in ``catcher.records``."""
+
+    def __enter__(self) -> ErrorLog:
+        self.catcher = ErrorLog()
+        logging.getLogger().addHandler(self.catcher)
+        return self.catcher
+
+    def __exit__(self, *exc: Any) -> None:
+        logging.getLogger().removeHandler(self.catcher)
 
 
 def _protocol_stream() -> Any:
@@ -121,19 +169,31 @@ def serve(adapter: Adapter) -> None:
             request = json.loads(line)
             op = request.get("op")
             if op == "hello":
-                reply({"ok": True, "system": adapter.system, "version": adapter.version()})
+                adapter.protocol = str(request.get("protocol") or "common")
+                adapter.options = dict(request.get("options") or {})
+                reply({"ok": True, "system": adapter.system, "version": adapter.version(),
+                       "answers": bool(adapter.answers)})
             elif op == "ingest":
-                catcher = ErrorLog()
-                logging.getLogger().addHandler(catcher)
-                try:
+                adapter.take_notes()
+                with _errors_logged() as catcher:
                     items, errors = adapter.ingest(str(request["memory_id"]), list(request["sessions"]))
-                finally:
-                    logging.getLogger().removeHandler(catcher)
-                reply({"ok": True, "items": int(items), "errors": list(errors) + catcher.records})
-            elif op == "search":
-                evidence, context = adapter.search(str(request["memory_id"]), str(request["question"]),
-                                                   request.get("question_date"), int(request.get("limit") or 10))
-                reply({"ok": True, "evidence": evidence, "context": context})
+                built, _ = adapter.take_notes()
+                reply({"ok": True, "items": int(items), "errors": list(errors) + catcher.records,
+                       **({"built": built} if built else {})})
+            elif op in ("search", "answer"):
+                adapter.take_notes()
+                args = (str(request["memory_id"]), str(request["question"]), request.get("question_date"),
+                        int(request.get("limit") or 10))
+                with _errors_logged() as catcher:
+                    if op == "answer":
+                        evidence, context, answer = adapter.answer(*args)
+                    else:
+                        evidence, context = adapter.search(*args)
+                _, fallbacks = adapter.take_notes()
+                reply({"ok": True, "evidence": evidence, "context": context,
+                       **({"answer": answer} if op == "answer" else {}),
+                       **({"errors": catcher.records} if catcher.records else {}),
+                       **({"fallbacks": fallbacks} if fallbacks else {})})
             elif op == "close":
                 adapter.close()
                 reply({"ok": True})

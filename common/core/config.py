@@ -475,7 +475,13 @@ class ScoreConfig:
 
 @dataclass(frozen=True)
 class SystemsConfig:
-    """How the harness drives an outside memory system (``common.systems``); no effect on results."""
+    """How the harness drives an outside memory system (``common.systems``)."""
+
+    # common: the harness's protocol (its answer prompt, judge and optional parity cap; only the
+    # evidence buffer is the system's). native: each system as its reference evaluation runs it
+    # (its k, search mode, rendering and, where the reference has one, its own answer prompt or
+    # agent), as its protocol card says (common/systems/cards.py). In the fingerprint when native.
+    protocol: Literal["common", "native"] = "common"
 
     # Memories ingested at the same time (each memory's own calls stay in order: a system's
     # ingestion of one memory is sequential by design). Not in the fingerprint.

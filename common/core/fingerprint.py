@@ -130,6 +130,8 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         # The parity cap on every system's buffer (systems.buffer_tokens): only when set, so the
         # fingerprints of runs without it stay as they were.
         **({"parity": {"buffer_tokens": cfg.systems.buffer_tokens}} if cfg.systems.buffer_tokens else {}),
+        # systems.protocol: native changes what every outside system does; only when set, as parity.
+        **({"systems_protocol": cfg.systems.protocol} if cfg.systems.protocol != "common" else {}),
     }
 
 

@@ -31,6 +31,11 @@ def pick(name: str, prompt_set: str = PAPER) -> str:
     return name
 
 
+def exists(prompt_id: str) -> bool:
+    """Whether template ``prompt_id`` has a file."""
+    return _path(prompt_id).exists()
+
+
 @functools.lru_cache(maxsize=None)
 def load(prompt_id: str) -> str:
     path = _path(prompt_id)

@@ -99,6 +99,8 @@ def prompt_family(plan: Plan | None, retrieval: RetrievalRow, style: str = "harn
         return "answer_mem0"
     if style == "beam":
         return "answer_beam"
+    if style != "harness":  # a system's own answer prompt (systems.protocol: native)
+        return f"answer_{style}"
     return "answer_closed_book" if retrieval.mode == "no_memory" else "answer_baseline"
 
 
@@ -121,6 +123,36 @@ def mem0_messages(question: Question, retrieval: RetrievalRow) -> list[dict[str,
     return [{"role": "system", "content": prompts.fill("answer_mem0_user", **slots)}]
 
 
+def system_messages(family: str, question: Question, retrieval: RetrievalRow) -> list[dict[str, str]]:
+    """A system's own answer prompt (``common/prompts/<family>_user.txt``, and ``<family>_system.txt``
+    when the reference sends a system message): the slots it names among ``question``,
+    ``question_date`` and ``context`` (the system's rendered buffer) are filled."""
+    user_id = f"{family}_user"
+    text = prompts.load(user_id)
+    slots = {"question": question.question, "question_date": question.question_date or "unknown",
+             "context": retrieval.buffer_text}
+    user = prompts.fill(user_id, **{k: v for k, v in slots.items() if "{" + k + "}" in text})
+    system_id = f"{family}_system"
+    own_system = prompts.exists(system_id)
+    return ([{"role": "system", "content": prompts.load(system_id)}] if own_system else []) + \
+        [{"role": "user", "content": user}]
+
+
+def native_answer(question: Question, retrieval: RetrievalRow, model: str, system: str) -> Optional[AnswerRow]:
+    """The answer a system's own agent gave while searching (``systems.protocol: native``), as
+    07's row: no answer call (the agent's calls are in 06's ledger, role ``memory``). None when the
+    row carries no such answer."""
+    text = retrieval.method_info.get("native_answer")
+    if text is None:
+        return None
+    row = AnswerRow(qid=question.qid, memory_id=question.memory_id, question=question.question,
+                    answer=str(text).strip(), model=model, prompt_id=f"native.{system}", cached=True)
+    row.steps["native"] = True
+    if not row.answer:
+        row.error = "empty_answer"
+    return row
+
+
 def _date_line(question: Question) -> str:
     return f"Question date: {question.question_date}\n" if question.question_date else ""
 
@@ -136,6 +168,8 @@ def answer_messages(question: Question, plan: Plan | None, retrieval: RetrievalR
         # BEAM's official RAG answer prompt: one user message, the buffer as its context.
         return [{"role": "user", "content": prompts.fill("answer_beam_user", question=question.question,
                                                          context=retrieval.buffer_text)}]
+    if plan is None and style not in ("harness", "mem0", "beam"):
+        return system_messages(pid, question, retrieval)
     if plan is None:
         user = prompts.fill(f"{pid}_user", question_date=date, question=question.question,
                               **({} if retrieval.mode == "no_memory" else

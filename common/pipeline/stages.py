@@ -375,6 +375,8 @@ def _retrieve_rows(run: Run, system: MemorySystem, questions: list[Question], vi
         with lock, outcomes.active(outcomes.Account()) as account:
             row = system.row(q, views[q.memory_id])
         row.llm_calls = outcomes.merge_calls(list(row.llm_calls), account.calls)
+        if searched := account.search_outcome():  # errors met and fallbacks taken while searching
+            row.method_info = {**row.method_info, "outcome": searched}
         return cap_buffer(row, budget) if budget else row
 
     def row_digest(q: Question) -> str:
@@ -398,7 +400,13 @@ def answer(run: Run) -> None:
     plans = by_qid(read_jsonl(run.path("plans")), PlanRow) if uses_stage(run.cfg.method.name, "plan") else {}
     rets = by_qid(read_jsonl(run.path("retrievals")), RetrievalRow)
     ac = run.cfg.answer
-    style = ac.prompt
+    style: str = ac.prompt
+    # systems.protocol: native: the system's reference answer prompt replaces the harness's, and a
+    # system whose own agent answered in 06 keeps that answer (answer_mod.native_answer).
+    native = run.cfg.systems.protocol == "native"
+    own_prompt = system_class(run.cfg.method.name).native_answer_prompt if native else None
+    style = own_prompt or style
+    memory_model = run.cfg.role("memory").model
     steps = answer_mod.AnswerSteps(prompt_set=run.cfg.prompts.set, rerank=ac.rerank, rerank_max=ac.rerank_max,
                                    verify=ac.verify, style=style, rerank_keep_all=ac.rerank_keep_all,
                                    draft=ac.draft, verify_personal=ac.verify_personal,
@@ -424,15 +432,18 @@ def answer(run: Run) -> None:
                             json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)
                             if steps.routes != Routes() else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
-               lambda q: answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
-                                                    rets[q.qid], style, steps, pools.get(q.memory_id)),
+               lambda q: (native and answer_mod.native_answer(q, rets[q.qid], memory_model, run.cfg.method.name))
+               or answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
+                                             rets[q.qid], style, steps, pools.get(q.memory_id)),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
                digest_fn=lambda q: digest([q.question, rets[q.qid].mode, rets[q.qid].buffer_text,
                                            to_dict(plans[q.qid].plan) if plans else None]
                                           + ([to_dict(rets[q.qid].bridges)] if rets[q.qid].bridges else [])
                                           + ([style, rets[q.qid].method_info.get("evidence")]
                                              if style != "harness" else [])
-                                          + ([switches] if switches else [])))
+                                          + ([switches] if switches else [])
+                                          + ([rets[q.qid].method_info["native_answer"]]
+                                             if native and "native_answer" in rets[q.qid].method_info else [])))
 
 
 def _episode_pools(run: Run) -> dict[str, list[str]]:

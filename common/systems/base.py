@@ -67,11 +67,17 @@ class Spent:
 
 @dataclass
 class Found:
-    """``search``'s answer: the evidence, best first, what it cost, and free-form notes."""
+    """``search``'s answer: the evidence, best first, what it cost, and free-form notes.
+
+    ``answer``: under ``systems.protocol: native``, the answer of a system whose reference
+    evaluation lets the system itself answer (an agent that searches until it answers); 07 then
+    takes it as the answer, with no answer call of its own (the agent's calls are the system's, in
+    06's ledger). None everywhere else."""
 
     evidence: list[Evidence]
     spent: Spent = field(default_factory=Spent)
     info: dict[str, Any] = field(default_factory=dict)
+    answer: Optional[str] = None
 
 
 @dataclass
@@ -127,9 +133,18 @@ class MemorySystem:
     role: Optional[str] = None
     reads_gold: ClassVar[bool] = False
     uses_gateway: ClassVar[bool] = False
+    # Under ``systems.protocol: native``, the answer prompt of the system's reference evaluation
+    # (``answer.prompt`` style: ``mem0``, or ``<name>`` for common/prompts/answer_<name>_user.txt);
+    # None: the harness's prompt under both protocols.
+    native_answer_prompt: ClassVar[Optional[str]] = None
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+
+    @property
+    def protocol(self) -> str:
+        """``common`` or ``native`` (``systems.protocol``): how this run drives the system."""
+        return self.ctx.cfg.systems.protocol
 
     def options(self, defaults: dict[str, Any]) -> dict[str, Any]:
         """``defaults`` updated with ``method.options``; an option the system does not know is refused."""
@@ -141,8 +156,9 @@ class MemorySystem:
 
     # ---- what the harness asks
     def settings(self) -> dict[str, Any]:
-        """Everything that changes this system's output: a change re-ingests and redoes rows."""
-        return self.ctx.options
+        """Everything that changes this system's output: a change re-ingests and redoes rows
+        (the native protocol too; the common one is left out so earlier runs keep their digests)."""
+        return {**self.ctx.options, **({"protocol": self.protocol} if self.protocol != "common" else {})}
 
     def ingest(self, view: MemoryView, state_dir: Path) -> Spent:
         """Build this memory's state under ``state_dir`` (empty at the call). Default: nothing."""
@@ -201,6 +217,8 @@ def render(question: Question, name: str, found: Found, seconds: float) -> Retri
     # The search's call records (a gateway system's, each with its role) go where the ledger reads
     # a row's calls; the notes keep the counts.
     info = {**found.info, "evidence": [asdict(e) for e in found.evidence], "spent": found.spent.totals()}
+    if found.answer is not None:  # the system answered itself (native protocol): 07 takes it
+        info["native_answer"] = found.answer
     return RetrievalRow(qid=question.qid, memory_id=question.memory_id, question=question.question, mode=name,
                         scope="", reasoning_type="", selected=[], episode_ids=[], dia_ids=dia, coverage={},
                         buffer_text=text, buffer_tokens=count_tokens(text) if text else 0,

@@ -41,6 +41,12 @@ class Account:
     errors: Counter = field(default_factory=Counter)  # cause -> count
     samples: list[str] = field(default_factory=list)
     items: Optional[int] = None  # items the memory holds (None: the system does not say)
+    # What the system built for this memory beyond its item count, by name (HippoRAG's triples and
+    # facts, a graph's nodes and edges, passages per session, memories carrying a date).
+    built: dict[str, Any] = field(default_factory=dict)
+    # A search's fallbacks by kind (HippoRAG's dense passage retrieval when no fact survives): the
+    # question was answered, but not by the system's own retrieval.
+    fallbacks: Counter = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def error(self, cause: str, message: str) -> None:
@@ -50,8 +56,20 @@ class Account:
                 self.samples.append(f"{cause}: {' '.join(message.split())[:300]}")
 
     def outcome(self) -> dict[str, Any]:
-        """The marker's ``outcome``: items, errors by cause, a few messages."""
-        return {"items": self.items, "errors": dict(sorted(self.errors.items())), "error_samples": list(self.samples)}
+        """The marker's ``outcome``: items, errors by cause, a few messages, what was built."""
+        out = {"items": self.items, "errors": dict(sorted(self.errors.items())), "error_samples": list(self.samples)}
+        if self.built:
+            out["built"] = dict(sorted(self.built.items()))
+        return out
+
+    def search_outcome(self) -> dict[str, Any]:
+        """A search's ``method_info.outcome``: its errors by cause and fallbacks by kind (empty: {})."""
+        out: dict[str, Any] = {}
+        if self.errors:
+            out.update(errors=dict(sorted(self.errors.items())), error_samples=list(self.samples))
+        if self.fallbacks:
+            out["fallbacks"] = dict(sorted(self.fallbacks.items()))
+        return out
 
 
 _current: contextvars.ContextVar[Optional[Account]] = contextvars.ContextVar("system_account", default=None)
@@ -82,6 +100,24 @@ def note_items(n: int) -> None:
     acct = _current.get()
     if acct is not None:
         acct.items = int(n)
+
+
+def note_built(**counts: Any) -> None:
+    """What the memory being ingested holds, by name (``note_built(triples=120, facts=95)``)."""
+    acct = _current.get()
+    if acct is not None:
+        with acct.lock:
+            acct.built.update(counts)
+
+
+def note_fallback(kind: str, message: str = "") -> None:
+    """The question being searched fell back from the system's own retrieval (counted by kind)."""
+    acct = _current.get()
+    if acct is not None:
+        with acct.lock:
+            acct.fallbacks[kind] += 1
+            if message and len(acct.samples) < SAMPLES:
+                acct.samples.append(f"fallback {kind}: {' '.join(message.split())[:300]}")
 
 
 def note_error(cause: str, message: str) -> None:

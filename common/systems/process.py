@@ -4,13 +4,25 @@ The harness starts ``.systems/<name>/venv/bin/python systems/<name>/adapter.py``
 is built on first use, ``common.systems.envs``) and talks to it in JSON lines on stdin/stdout, one
 request then one reply (the protocol is in docs/memory-systems.md):
 
-    {"op": "hello", "options": {...}}                 -> {"ok": true, "system": "...", "version": "..."}
-    {"op": "ingest", "memory_id", "sessions": [...]}  -> {"ok": true, "items": <int>, "errors": [<str>]}
+    {"op": "hello", "options": {...}, "protocol": "common"|"native"}
+                                                      -> {"ok": true, "system": "...", "version": "...",
+                                                          "answers": <bool, optional>}
+    {"op": "ingest", "memory_id", "sessions": [...]}  -> {"ok": true, "items": <int>, "errors": [<str>],
+                                                          "built": {<name>: <number>} (optional)}
     {"op": "search", "memory_id", "question", "question_date", "limit"}
-                                                      -> {"ok": true, "evidence": [...], "context": "..."}
+                                                      -> {"ok": true, "evidence": [...], "context": "...",
+                                                          "errors": [<str>], "fallbacks": {<kind>: <int>}
+                                                          (both optional)}
+    {"op": "answer", "memory_id", "question", "question_date", "limit"}
+                                                      -> the search reply plus "answer": <str>
     {"op": "close"}                                   -> {"ok": true}, then the child exits
 
-Any reply may be ``{"ok": false, "error": "..."}``. The child's environment holds the gateway's
+Any reply may be ``{"ok": false, "error": "..."}``. ``answer`` is sent instead of ``search`` only
+under ``systems.protocol: native`` to a child whose hello said ``"answers": true`` (a system whose
+reference evaluation lets its own agent answer): its evidence is what the agent retrieved, its
+``answer`` the answer 07 takes. ``built`` says what the memory holds beyond its item count
+(triples, graph nodes, passages per session, ...); ``errors`` and ``fallbacks`` of a search are
+counted per question. The child's environment holds the gateway's
 URL and a token made for this run (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``HARNESS_GATEWAY_*``),
 its store directory, the models' names and the embedding size, and nothing of the user's
 environment but ``PATH`` (no API key: its LLM and embedding calls can only reach the gateway,
@@ -194,13 +206,24 @@ def _check_hello(r: dict[str, Any]) -> str:
         "hello needs 'system' and 'version' strings"
 
 
-def _check_ingest(r: dict[str, Any]) -> str:
-    items, errors = r.get("items"), r.get("errors", [])
-    if not isinstance(items, int) or isinstance(items, bool) or items < 0:
-        return f"'items' must be a non-negative integer, not {items!r}"
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_errors(r: dict[str, Any]) -> str:
+    errors = r.get("errors", [])
     if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
         return "'errors' must be a list of strings"
     return ""
+
+
+def _check_ingest(r: dict[str, Any]) -> str:
+    items, built = r.get("items"), r.get("built", {})
+    if not isinstance(items, int) or isinstance(items, bool) or items < 0:
+        return f"'items' must be a non-negative integer, not {items!r}"
+    if not isinstance(built, dict) or not all(isinstance(k, str) and _is_number(v) for k, v in built.items()):
+        return "'built' must map names to numbers"
+    return _check_errors(r)
 
 
 def _check_search(r: dict[str, Any]) -> str:
@@ -218,7 +241,18 @@ def _check_search(r: dict[str, Any]) -> str:
             return f"evidence[{i}].source_turn_ids must be a list of strings"
     if not isinstance(context, str):
         return "'context' must be a string"
-    return ""
+    fallbacks = r.get("fallbacks", {})
+    if not isinstance(fallbacks, dict) or not all(isinstance(k, str) and isinstance(v, int)
+                                                  and not isinstance(v, bool) and v >= 0
+                                                  for k, v in fallbacks.items()):
+        return "'fallbacks' must map kinds to non-negative integers"
+    if "answer" in r and not isinstance(r["answer"], str):
+        return "'answer' must be a string"
+    return _check_errors(r)
+
+
+def _check_answer(r: dict[str, Any]) -> str:
+    return _check_search(r) or ("" if isinstance(r.get("answer"), str) else "an answer reply needs an 'answer' string")
 
 
 def sessions_payload(view: MemoryView, include_images: bool) -> list[dict[str, Any]]:
@@ -250,7 +284,7 @@ class ProcessSystem(MemorySystem):
         folder = envs.system_dir(self.system)
         digests = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()[:16]
                    for f in ("adapter.py", "requirements.txt", "pip-args.txt") if (folder / f).is_file()}
-        return {**self.opts, "system": self.system, **digests}
+        return {**super().settings(), "system": self.system, **digests}
 
     def extra(self) -> dict[str, Any]:
         return {**super().extra(), "process": {"system": self.system,
@@ -280,7 +314,8 @@ class ProcessSystem(MemorySystem):
         folder = envs.system_dir(self.system)
         child = Child([str(self._python), "-u", str(folder / "adapter.py")], env, folder, log, label)
         try:
-            self.hello = child.request({"op": "hello", "options": self.opts}, self._timeout(), _check_hello)
+            self.hello = child.request({"op": "hello", "options": self.opts, "protocol": self.protocol},
+                                       self._timeout(), _check_hello)
         except BaseException:
             child.kill()
             raise
@@ -320,6 +355,8 @@ class ProcessSystem(MemorySystem):
             if LOGGED_ERROR.search(line):
                 outcomes.note_error("logged_error", line)
         outcomes.note_items(reply["items"])
+        if reply.get("built"):
+            outcomes.note_built(**reply["built"])
         self.ctx.advance(len(view.sessions))
         spent.seconds = round(time.perf_counter() - started, 4)
         return spent
@@ -350,18 +387,26 @@ class ProcessSystem(MemorySystem):
         started, spent = time.perf_counter(), Spent()
         child, session = self._searcher(question.memory_id)
         self._gateway().rebind(session.api_key, spent)  # this question's calls land in its own account
+        answers = self.protocol == "native" and bool(self.hello.get("answers"))
         try:
-            reply = child.request({"op": "search", "memory_id": question.memory_id, "question": question.question,
+            reply = child.request({"op": "answer" if answers else "search", "memory_id": question.memory_id,
+                                   "question": question.question,
                                    "question_date": question.question_date or None, "limit": self.limit},
-                                  self._timeout(), _check_search)
+                                  self._timeout(), _check_answer if answers else _check_search)
         except ChildFailure:
             self._close_one(question.memory_id)  # the memory's next question starts a fresh child
             raise
+        for error in reply.get("errors", []):
+            outcomes.note_error("system_error", error)
+        for kind, n in (reply.get("fallbacks") or {}).items():
+            for _ in range(n):
+                outcomes.note_fallback(kind)
         evidence = [Evidence(e["text"], list(e.get("source_turn_ids") or []), str(e.get("timestamp") or ""),
                              None if e.get("score") is None else float(e["score"]), str(e.get("source") or ""))
                     for e in reply["evidence"]]
         spent.seconds = round(time.perf_counter() - started, 4)
-        return Found(evidence, spent, {"context": reply.get("context", ""), "limit": self.limit})
+        return Found(evidence, spent, {"context": reply.get("context", ""), "limit": self.limit},
+                     answer=reply["answer"] if answers else None)
 
     def row(self, question: Question, view: MemoryView) -> RetrievalRow:
         """The system's own rendering (``context``) is the buffer; a failed child fails the row."""

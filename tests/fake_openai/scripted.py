@@ -94,7 +94,10 @@ EMBEDDINGS_KIND = "embeddings"
 def kind_for_prompt_id(prompt_id: Optional[str]) -> str:
     """The prompt kind of a chat request's ``X-Prompt-Id`` value; ``UNKNOWN_KIND`` when the header
     is missing or names no known prompt."""
-    return PROMPT_KINDS.get((prompt_id or "").strip(), UNKNOWN_KIND)
+    pid = (prompt_id or "").strip()
+    if pid not in PROMPT_KINDS and re.fullmatch(r"answer_[a-z0-9_]+_user", pid):
+        return "answer"  # a system's own answer prompt (systems.protocol: native): a plain answer
+    return PROMPT_KINDS.get(pid, UNKNOWN_KIND)
 
 
 # --------------------------------------------------------------------------- generic fallback
