@@ -8,30 +8,34 @@ Each test builds a small hand-made memory whose answer differs with the switch o
 """
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any, Optional
+import re
+from typing import Any, Callable, Optional
 
-from common.core import prompts
+from common.core.config import load_config
+from common.core.llm import Completion
 from common.method import routes as r
-from tests.fake_openai.scripted import CANDIDATE_RE
+from tests.fake_openai.scripted import CANDIDATE_RE, _ledger_episodes
 from tests.test_answer_routes import Stub, answer, block, retrieval
 
 ASKED = "2023/08/20 (Sun) 10:00"
 
 
-def prompted_fields(prompt_id: str, key: str) -> list[str]:
-    """The field names of one ``key`` row in the JSON example the prompt template shows."""
-    for line in prompts.load(prompt_id).splitlines():
+def prompted_fields(text: str, key: str) -> list[str]:
+    """The field names of one ``key`` row in the JSON example the request's prompt shows."""
+    for line in text.splitlines():
         if line.startswith("{") and f'"{key}"' in line:
             rows = json.loads(line)[key]
             return list(rows[0])
-    raise AssertionError(f"{prompt_id}: no JSON example with {key!r}")
+    raise AssertionError(f"no JSON example with {key!r} in the prompt")
 
 
-def only_prompted(prompt_id: str, key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A reply of ``rows`` cut down to the fields the prompt names (what a real model returns)."""
-    fields = prompted_fields(prompt_id, key)
-    return {key: [{k: v for k, v in row.items() if k in fields} for row in rows]}
+def only_prompted(text: str, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A reply of ``rows`` (key -> rows) cut down to the fields the prompt's JSON example names, as a
+    real model returns it."""
+    return {key: [{k: v for k, v in row.items() if k in prompted_fields(text, key)} for row in items]
+            for key, items in rows.items()}
 
 
 # --------------------------------------------------------------------------- section 1: the merge
@@ -51,10 +55,234 @@ def test_the_count_merge_merges_on_a_reply_with_only_the_prompted_fields():
         rows = [{"id": cid, "in_scope": True, "scope_reason": "a pottery class",
                  "duplicate_of": ids[0] if n == 1 else "", "dedup_confidence": "high" if n == 1 else ""}
                 for n, cid in enumerate(ids)]
-        return only_prompted("code_rules.answer_count_merge_user", "items", rows)
+        return only_prompted(text, {"items": rows})
 
     routes = r.Routes(count=True, count_dedup="duplicate_of")
     row = answer(Stub(reply), "How many pottery classes did I take?", ret, routes=routes, asked=ASKED)
     trace = row.steps["count"]
     assert trace["valid"] == 3 and len(trace["kept"]) == 2, trace
     assert row.answer == "2"
+
+
+# --------------------------------------------------------------------------- section 2: the counting ledger
+def ep(session: int, n: int, day: str, *turns: tuple[str, str]) -> str:
+    return block(f"m::s{session}::episode_{n:03d}", day, *turns)
+
+
+def scan_rows(text: str, item: Callable[[str, str], Optional[dict[str, Any]]]) -> dict[str, Any]:
+    """A scan reply: a decision row per episode and ``item(episode id, user turn)`` per user turn that
+    holds an instance, cut to the prompted fields."""
+    episodes, items = [], []
+    for eid, turns in _ledger_episodes(text):
+        found = [row for _, speaker, said in turns if "assistant" not in speaker.lower()
+                 if (row := item(eid, said)) is not None]
+        items += found
+        episodes.append({"episode_id": eid, "has_instances": bool(found)})
+    return only_prompted(text, {"episodes": episodes, "items": items})
+
+
+def merge_rows(text: str, decide: Callable[[list[tuple[str, ...]], int], dict[str, Any]]) -> dict[str, Any]:
+    """A consolidation reply: ``decide(candidate lines split on " | ", index)`` per candidate."""
+    lines = [[p.strip() for p in line.split(" | ")] for line in text.splitlines() if CANDIDATE_LINE.match(line)]
+    rows = [{"id": parts[0], "in_scope": True, "scope_reason": "scripted", "duplicate_of": "",
+             "dedup_confidence": "", **decide([tuple(x) for x in lines], n)} for n, parts in enumerate(lines)]
+    return only_prompted(text, {"items": rows})
+
+
+CANDIDATE_LINE = re.compile(r"^[br]\d{3}_c\d{3} \| episode ")
+
+
+def classes() -> Any:
+    """One pottery class told in two theme episodes of one session, and another class weeks later."""
+    return retrieval(ep(1, 1, "2023/07/01", ("user", "I went to a pottery class today, it was $40.")),
+                     ep(1, 2, "2023/07/01", ("user", "The pottery class today cost $40 and I loved it.")),
+                     ep(2, 1, "2023/07/29", ("user", "Another pottery class tonight, $40 again.")))
+
+
+def pottery_item(eid: str, said: str) -> Optional[dict[str, Any]]:
+    return {"episode_id": eid, "item": "pottery class", "quantity": "1", "unit": "", "quote": said,
+            "event_date": "", "state": "active"} if "pottery" in said else None
+
+
+def same_session_merge(kind: str, text: str) -> Optional[dict[str, Any]]:
+    """The consolidation as its prompt asks: with sessions shown and the same-session rule stated, a
+    later candidate of the same session is a high-confidence duplicate; without them it cannot tell."""
+    if kind == "answer_count":
+        return scan_rows(text, pottery_item)
+    if kind != "answer_count_merge":
+        return None
+    rule = "Within one session, repeated descriptions" in text
+
+    def decide(lines: list[tuple[str, ...]], n: int) -> dict[str, Any]:
+        session = next((p for p in lines[n] if p.startswith("session ")), None)
+        earlier = [x[0] for x in lines[:n] if session and session in x]
+        return {"duplicate_of": earlier[0], "dedup_confidence": "high"} if rule and earlier else {}
+    return merge_rows(text, decide)
+
+
+def test_consolidation_sees_each_items_session_and_the_same_session_rule():
+    """Their consolidation lists source_session_ids and presumes repeats within one session are one
+    occurrence (theme partition splits one session into several episodes)."""
+    question = "How many pottery classes did I take?"
+    base = r.Routes(count=True, count_dedup="duplicate_of")
+    off = answer(Stub(same_session_merge), question, classes(), routes=base, asked=ASKED)
+    assert off.answer == "3"
+    client = Stub(same_session_merge)
+    on = answer(client, question, classes(), routes=dataclasses.replace(base, count_sessions=True), asked=ASKED)
+    assert on.answer == "2" and len(on.steps["count"]["kept"]) == 2
+    merge = next(t for _, p, t in client.requests if p == "code_rules.answer_count_merge_user")
+    assert "| session s1 |" in merge and "| session s2 |" in merge
+
+
+def test_items_are_scoped_by_their_own_event_date():
+    """_normalize_audit scopes an item by its event_date (the scan resolves it against its episode's
+    date), not by the date of the episode that mentions it."""
+    ret = retrieval(ep(1, 1, "2023/08/15", ("user", "I finally bought the hiking boots last month, $120.")),
+                    ep(2, 1, "2023/08/18", ("user", "Picked up new trail socks today for $15.")))
+    dated = {"hiking": "2023-07-15", "trail": "2023-08-18"}
+
+    def reply(kind: str, text: str) -> Optional[dict[str, Any]]:
+        if kind == "answer_count":
+            return scan_rows(text, lambda eid, said: {
+                "episode_id": eid, "item": said.split()[-3], "quantity": said.rsplit("$", 1)[1].rstrip("."),
+                "unit": "$", "quote": said, "event_date": next(d for w, d in dated.items() if w in said)})
+        if kind == "answer_count_merge":
+            return merge_rows(text, lambda lines, n: {})
+        return None
+
+    question = "How much did I spend on hiking gear in the past two weeks?"
+    routes = r.Routes(count=True, count_dedup="duplicate_of")
+    assert answer(Stub(reply), question, ret, routes=routes, asked=ASKED).answer == "$135"  # both episodes inside
+    row = answer(Stub(reply), question, ret, routes=dataclasses.replace(routes, count_item_dates=True), asked=ASKED)
+    assert row.answer == "$15" and row.steps["count"]["valid"] == 1  # the boots were bought a month before
+
+
+def test_the_scan_and_consolidation_are_shown_the_window_and_the_plan():
+    def reply(kind: str, text: str) -> Optional[dict[str, Any]]:
+        return scan_rows(text, pottery_item) if kind == "answer_count" else None
+
+    question = "How many pottery classes did I take in the past month?"
+    for on in (False, True):
+        client = Stub(reply)
+        answer(client, question, classes(), asked=ASKED,
+               routes=r.Routes(count=True, count_dedup="duplicate_of", count_scan_context=on))
+        sent = [t for _, p, t in client.requests if p in ("code_rules.answer_count_user",
+                                                           "code_rules.answer_count_merge_user")]
+        assert len(sent) == 2
+        for text in sent:
+            assert ("Question window: 2023-07-20 to 2023-08-20" in text and "Retrieval plan:" in text) == on
+
+
+def test_the_reference_event_is_shown_not_applied_and_not_asked_for_since():
+    ret = retrieval(ep(1, 1, "2023/04/02", ("user", "Saw a jazz concert downtown, tickets were $40.")),
+                    ep(2, 1, "2023/05/01", ("user", "I moved to Denver today!")),
+                    ep(3, 1, "2023/06/11", ("user", "Went to a rock concert, $55.")))
+
+    def reply(kind: str, text: str) -> Optional[dict[str, Any]]:
+        if kind == "answer_count_reference":
+            return only_prompted_object(text, {"event": "moved to Denver", "episode_id": "m::s2::episode_001",
+                                               "quote": "I moved to Denver today", "event_date": "2023-05-01"})
+        if kind == "answer_count":  # a model shown the reference keeps only what falls after it
+            after = "Reference event" in text
+            return scan_rows(text, lambda eid, said: None if "concert" not in said or (after and "jazz" in said)
+                             else {"episode_id": eid, "item": said.split()[-4] + " concert", "quantity": "1",
+                                   "unit": "", "quote": said})
+        return None
+
+    question = "How many concerts did I go to after I moved to Denver?"
+    filtered = r.Routes(count=True, count_reference_event=True)
+    assert answer(Stub(reply), question, ret, routes=filtered).answer == "1"
+    client = Stub(reply)
+    row = answer(client, question, ret, routes=dataclasses.replace(filtered, count_reference="shown"))
+    assert row.answer == "1" and row.steps["count"]["reference"]["outcome"] == "shown to the scan and consolidation"
+    scans = [t for _, p, t in client.requests if p == "code_rules.answer_count_user"]
+    assert scans and all("Reference event the question counts before or after: moved to Denver" in t for t in scans)
+    # Shown, not applied: Python keeps what the scan listed, whatever its date.
+    blind = answer(Stub(lambda k, t: reply(k, t.replace("Reference event", "Reference"))), question, ret,
+                   routes=dataclasses.replace(filtered, count_reference="shown"))
+    assert blind.answer == "2"
+    since = "How many concerts have I been to since I moved to Denver?"
+    client = Stub(reply)
+    answer(client, since, ret, routes=dataclasses.replace(filtered, count_reference="shown"))
+    assert "answer_count_reference" not in client.kinds()  # theirs: before/after only
+    client = Stub(reply)
+    answer(client, since, ret, routes=filtered)
+    assert "answer_count_reference" in client.kinds()
+
+
+def only_prompted_object(text: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A one-object reply cut to the fields of the prompt's JSON example (a line starting with "{")."""
+    example = next(json.loads(line) for line in text.splitlines() if line.startswith("{") and line.endswith("}"))
+    return {k: v for k, v in row.items() if k in example}
+
+
+class BudgetStub(Stub):
+    """The Stub, recording each call's max_tokens."""
+
+    def __init__(self, override: Any = None):
+        super().__init__(override)
+        self.budgets: list[tuple[str, Optional[int]]] = []
+
+    def complete(self, role: str, messages: list[dict[str, str]], json_mode: bool = True, prompt_id: str = "",
+                 max_tokens: Optional[int] = None) -> Completion:
+        self.budgets.append((prompt_id, max_tokens))
+        return super().complete(role, messages, json_mode, prompt_id)
+
+
+def test_the_consolidation_has_the_authors_budget():
+    client = BudgetStub()
+    answer(client, "How much did I spend on pottery classes?", classes(),
+           routes=r.Routes(count=True, count_merge_tokens=4200))
+    assert ("code_rules.answer_count_merge_user", 4200) in client.budgets
+    assert ("code_rules.answer_count_user", None) in client.budgets  # the scans keep the role's budget
+    client = BudgetStub()
+    answer(client, "How much did I spend on pottery classes?", classes(), routes=r.Routes(count=True))
+    assert ("code_rules.answer_count_merge_user", None) in client.budgets
+    assert load_config(["configs/longmemeval_code.yaml"]).answer.routes.count_merge_tokens == 4200
+
+
+def ramen() -> Any:
+    return retrieval(ep(1, 1, "2023/06/01", ("user", "I tried a ramen place downtown, $15.")),
+                     ep(2, 1, "2023/06/09", ("user", "Tried another ramen shop, $12.")),
+                     ep(3, 1, "2023/06/20", ("user", "I've tried five different ones since I moved here.")))
+
+
+def test_a_cumulative_total_comes_from_the_ledgers_own_items():
+    """Their explicit total is read from grounded audit items, never for "how many times"; ours read it
+    from any user turn in the window (here a turn the scan listed no item for)."""
+    question = "How many ramen places have I tried since I moved here?"
+    turns = r.Routes(count=True, count_cumulative=True)
+    assert answer(Stub(), question, ramen(), routes=turns).answer == "5"
+    items = dataclasses.replace(turns, count_cumulative_from="items")
+    assert answer(Stub(), question, ramen(), routes=items).answer == "2"  # no item states the total
+    listed = retrieval(*[b for b in ramen().buffer_text.split("\n\n")][:2],
+                       ep(3, 1, "2023/06/20", ("user", "I've tried 4 different ones since I moved here.")))
+    assert answer(Stub(), question, listed, routes=items).answer == "4"
+    times = "How many times have I tried ramen since I moved here?"
+    assert answer(Stub(), times, listed, routes=turns).answer == "4"
+    assert answer(Stub(), times, listed, routes=items).answer == "3"
+
+
+def test_inactive_items_do_not_count_for_a_current_inventory():
+    ret = retrieval(ep(1, 1, "2023/05/01", ("user", "I got a fern for the living room, $20.")),
+                    ep(2, 1, "2023/05/09", ("user", "Bought a cactus, $8.")),
+                    ep(3, 1, "2023/06/01", ("user", "I gave the fern to my sister, it needed more light. I paid $20.")))
+
+    def reply(kind: str, text: str) -> Optional[dict[str, Any]]:
+        if kind == "answer_count":
+            return scan_rows(text, lambda eid, said: {
+                "episode_id": eid, "item": "fern" if "fern" in said else "cactus", "quantity": "1", "unit": "",
+                "quote": said, "state": "inactive" if "gave" in said else "active"})
+        if kind == "answer_count_merge":
+            # A consolidation shown every candidate: the later turn says the fern was given away.
+            return merge_rows(text, lambda lines, n: {"duplicate_of": lines[0][0], "dedup_confidence": "high"}
+                              if n == 2 else {"state": "inactive"} if n == 0 else {})
+        return None
+
+    question = "How many plants do I currently have?"
+    routes = r.Routes(count=True, count_dedup="duplicate_of")
+    assert answer(Stub(reply), question, ret, routes=routes).answer == "2"
+    row = answer(Stub(reply), question, ret, routes=dataclasses.replace(routes, count_inactive=True))
+    assert row.answer == "1" and row.steps["count"]["inactive"] == ["b001_c001"]
+    assert answer(Stub(reply), "How many plants did I get?", ret,  # not a current inventory: history counts
+                  routes=dataclasses.replace(routes, count_inactive=True)).answer == "2"

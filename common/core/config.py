@@ -401,6 +401,21 @@ class RoutesConfig:
     order_bare_last: bool = False  # a bare "last" ("my last trip") asks for the latest
     order_previous_earliest: bool = False  # previous/before wording picks the earliest state (the authors')
     tenure_duration: bool = False  # "how long ... current role/job/position": a duration, temporal ledger
+    # The counting ledger as the authors' (their consolidation and _normalize_audit); each off here:
+    count_sessions: bool = False  # consolidation sees each item's session; repeats within one session are one
+    count_item_dates: bool = False  # items carry their own event_date and are scoped by it, not by their episode's
+    count_scan_context: bool = False  # scan and consolidation are shown the question's window and the plan
+    # filter: the reference event's date is a Python window (before/after/since); shown: the reference call's
+    # reply is shown to the scan and consolidation, which decide (before/after only; the authors').
+    count_reference: Literal["filter", "shown"] = "filter"
+    count_merge_tokens: Optional[int] = None  # the consolidation's budget (None: answer_count's; the authors' 4200)
+    # turns: a cumulative total from any in-window user turn; items: from the ledger's grounded items, not for
+    # "how many times" (the authors' explicit totals)
+    count_cumulative_from: Literal["turns", "items"] = "turns"
+    count_inactive: bool = False  # items given away, sold, ... do not count for current-inventory wording
+    # answer: the date_window_dates and user_overlap guards act on the answer step's buffer (the harness's);
+    # retrieval: per hop in 06, before its bridge, as the authors' (top N overall, "< 32" per hop)
+    guard_stage: Literal["answer", "retrieval"] = "answer"
 
 
 @dataclass(frozen=True)
@@ -781,6 +796,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"answer.routes.{key}: must be >= 1")
     if cfg.answer.routes.user_overlap_below < 0:
         raise ConfigError("answer.routes.user_overlap_below: must be >= 0")
+    if cfg.answer.routes.count_merge_tokens is not None and cfg.answer.routes.count_merge_tokens < 1:
+        raise ConfigError("answer.routes.count_merge_tokens: must be >= 1 (or null: the answer_count role's)")
     for role in ROLES:
         cfg.role(role)
     cfg.llm.batch_roles(ROLES)

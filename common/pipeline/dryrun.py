@@ -264,7 +264,7 @@ def estimate(cfg: Config) -> dict[str, Any]:
                 route_in = sum(per + count_tokens(q.question) for q in qs)
                 # answer.routes.count_reference_event: one more call for a count bounded by a named event.
                 refs = [q for q in qs if role == "answer_count" and routes.count_reference_event
-                        and reference_wanted(q)]
+                        and reference_wanted(q, since=routes.count_reference != "shown")]
                 if refs:
                     n += len(refs)
                     route_in += sum(buffer + count_tokens(q.question) + sum(count_tokens(prompts.load(i))

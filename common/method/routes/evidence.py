@@ -35,12 +35,13 @@ class Turn:
 
 @dataclass
 class Block:
-    """One episode of the buffer: its id, session date, rendered text and turns."""
+    """One episode of the buffer: its id, session date, rendered text, turns and source session."""
 
     episode_id: str
     date_text: str
     text: str
     turns: list[Turn] = field(default_factory=list)
+    session_id: str = ""  # the original session the episode was cut from (the header's second field)
 
     @property
     def day(self) -> Optional[date]:
@@ -52,7 +53,7 @@ def parse_block(text: str) -> Optional[Block]:
     m = HEADER_RE.match(lines[0]) if lines else None
     if not m:
         return None
-    block = Block(m.group(1), m.group(3).strip(), text)
+    block = Block(m.group(1), m.group(3).strip(), text, session_id=m.group(2).strip())
     for line in lines[1:]:
         t = TURN_RE.match(line)
         if t:
@@ -116,12 +117,16 @@ def batches(blocks: list[Block], size: int, max_chars: int, text: Callable[[Bloc
     return out + ([cur] if cur else [])
 
 
-def ask_json(client: LLMClient, role: str, ids: tuple[str, str], add: Add, **slots: Any) -> dict[str, Any]:
-    """One JSON call; raises ValueError('<cause>: ...') when it failed or its reply is not an object."""
-    messages = [{"role": "system", "content": prompts.load(ids[0])},
+def ask_json(client: LLMClient, role: str, ids: tuple[str, str], add: Add, system: Optional[dict[str, Any]] = None,
+             max_tokens: Optional[int] = None, **slots: Any) -> dict[str, Any]:
+    """One JSON call; raises ValueError('<cause>: ...') when it failed or its reply is not an object.
+    ``system``: slots of the system template; ``max_tokens``: this call's budget (None: the role's)."""
+    messages = [{"role": "system", "content": prompts.fill(ids[0], **system) if system else prompts.load(ids[0])},
                 {"role": "user", "content": prompts.fill(ids[1], **slots)}]
     try:
-        c = client.complete(role, messages, json_mode=True, prompt_id=ids[1])
+        # Only a set budget is passed: a call without one is the request it always was.
+        c = (client.complete(role, messages, json_mode=True, prompt_id=ids[1], max_tokens=max_tokens) if max_tokens
+             else client.complete(role, messages, json_mode=True, prompt_id=ids[1]))
     except LLMCallError as exc:
         raise ValueError(f"{exc.cause}: {exc}") from exc
     add(c, ids[1], role)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,15 @@ class Routes:
     order_bare_last: bool = False
     order_previous_earliest: bool = False
     tenure_duration: bool = False
+    # The counting ledger as the authors' consolidation and _normalize_audit (fifth fidelity pass).
+    count_sessions: bool = False
+    count_item_dates: bool = False
+    count_scan_context: bool = False
+    count_reference: str = "filter"
+    count_merge_tokens: Optional[int] = None
+    count_cumulative_from: str = "turns"
+    count_inactive: bool = False
+    guard_stage: str = "answer"
 
     def any_call(self) -> bool:
         return self.relative_age or self.temporal or self.count or self.order

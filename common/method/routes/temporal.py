@@ -170,9 +170,9 @@ def ledger_answer(client: LLMClient, question: Question, blocks: list[Block], fa
     def ask(ids: tuple[str, str], tag: str, draft: str = "") -> Optional[str]:
         trace["calls"] += 1
         try:
+            extra: dict[str, Any] = {"draft": draft or "(no answer)"} if ids == REPAIR_IDS else {}
             reply = ask_json(client, "answer_temporal", ids, add, question_date_line=date_line(question),
-                          question=question.question, ledger=ledger, episodes=episodes,
-                          **({"draft": draft or "(no answer)"} if ids == REPAIR_IDS else {}))
+                             question=question.question, ledger=ledger, episodes=episodes, **extra)
         except ValueError as exc:
             trace["errors"].append(f"{tag}: {exc}")
             return None
