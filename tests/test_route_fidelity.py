@@ -13,11 +13,16 @@ import json
 import re
 from typing import Any, Callable, Optional
 
-from common.core.config import load_config
+from common.core.config import RetrieveConfig, ScopeBudget, load_config
 from common.core.llm import Completion
+from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, Record, Session, Turn
 from common.method import routes as r
+from common.method.index import build_index
+from common.method.render import MemoryView
+from common.method.retrieve import Retriever
 from tests.fake_openai.scripted import CANDIDATE_RE, _ledger_episodes
 from tests.test_answer_routes import Stub, answer, block, retrieval
+from tests.test_retrieve import FakeEmbedder
 
 ASKED = "2023/08/20 (Sun) 10:00"
 
@@ -286,3 +291,91 @@ def test_inactive_items_do_not_count_for_a_current_inventory():
     assert row.answer == "1" and row.steps["count"]["inactive"] == ["b001_c001"]
     assert answer(Stub(reply), "How many plants did I get?", ret,  # not a current inventory: history counts
                   routes=dataclasses.replace(routes, count_inactive=True)).answer == "2"
+
+
+# --------------------------------------------------------------------------- section 3: retrieval guards
+def chat_memory() -> tuple[Any, Any]:
+    """A user/assistant memory: one session the plan's anchor finds (a kayak record), three on days the
+    question names relative to 2023/08/20 (Sun), two that only share the question's words."""
+    days = [("2023/06/01 (Thu) 10:00", "I bought a red kayak, and I love the kayak."),
+            ("2023/08/12 (Sat) 09:00", "We had a long picnic by the lake."),
+            ("2023/08/13 (Sun) 18:00", "Cleaned out the garage all afternoon."),
+            ("2023/08/19 (Sat) 20:00", "Baked sourdough bread with my sister."),
+            ("2023/07/02 (Sun) 10:00", "Another picnic with my sister, this time in the park."),
+            ("2023/07/09 (Sun) 10:00", "Planning a picnic for my sister next month.")]
+    sessions = [Session("m", f"s{i}", i, day, [Turn(f"D{i}:1", "me", said, role="user"),
+                                               Turn(f"D{i}:2", "assistant", "Sounds good.", role="assistant")],
+                        ["me", "assistant"]) for i, (day, said) in enumerate(days, 1)]
+    view = MemoryView("m", sessions)
+    episodes = [Episode(f"m::s{i}::episode_001", "m", f"s{i}", i, day, [f"D{i}:1", f"D{i}:2"], "day", "topic")
+                for i, (day, _) in enumerate(days, 1)]
+    records = [Record("m::s1::episode_001::index_001", "m::s1::episode_001", "m", "me", "person", "buy", "kayak",
+                      evidence_dia_ids=["D1:1"])]
+    return view, build_index(view, episodes, records, FakeEmbedder())
+
+
+def hop_plan(bridge: str = "") -> Plan:
+    return Plan({"type": "value", "description": ""}, "direct", "point", [],
+                [Hop("h1", anchor=Anchor(entity="me", property="buy", value="kayak"), bridge_request=bridge)])
+
+
+def guarded(routes: r.Routes, question: str, plan: Plan, seen: Optional[list[list[str]]] = None) -> Any:
+    view, index = chat_memory()
+    budget = ScopeBudget(structured_k=5, fallback_k=0, lexical_k=0, dense_k=0)  # no fallback: guards only
+    retriever = Retriever(index, view, FakeEmbedder(), RetrieveConfig(point=budget), guards=routes)
+
+    def resolve(hop: Hop, anchor: Anchor, context: str, ids: list[str]) -> Any:
+        (seen if seen is not None else []).append(ids)
+        return Bridge(hop.hop_id, hop.bridge_request, "x", [], ids), []
+    return retriever.retrieve(Question("q", "m", question, ASKED), plan, resolve)
+
+
+GUARDS = r.Routes(date_window=True, date_window_dates=True, user_overlap=True, user_overlap_temporal_max=96,
+                  user_overlap_max=48, user_overlap_below=32, guard_stage="retrieval")
+
+
+def test_the_date_guard_runs_per_hop_before_the_bridge_on_the_first_named_expression():
+    """Their _temporal_target_dates: the first relative expression only (yesterday before a weekend);
+    the episodes join the hop before its bridge, which reads them, and are ranked with the rest."""
+    seen: list[list[str]] = []
+    row = guarded(dataclasses.replace(GUARDS, user_overlap=False), "What did I bake yesterday and last weekend?",
+                  hop_plan("the day"), seen)
+    assert row.contributions["hop_guards"]["h1"]["date_window_dates"] == {"dates": ["2023-08-19"],
+                                                                          "added": ["m::s4::episode_001"]}
+    assert set(row.episode_ids) == {"m::s1::episode_001", "m::s4::episode_001"}
+    assert "m::s4::episode_001" in seen[0]  # the bridge context holds the guard's episode
+    assert r.named_dates("What did I bake yesterday and last weekend?", r.parse_date(ASKED)) == [
+        r.parse_date("2023-08-12"), r.parse_date("2023-08-13"), r.parse_date("2023-08-19")]  # the answer step's
+    assert row.episode_ids[0] == "m::s4::episode_001"  # ranked by question terms ("bake"), not appended last
+
+
+def test_the_overlap_guard_takes_the_top_overall_and_tests_the_hop_size():
+    temporal = dataclasses.replace(GUARDS, date_window=False, user_overlap_temporal_max=2)
+    row = guarded(temporal, "How many weeks ago did I have a picnic with my sister?", hop_plan())
+    # Top 2 overall by user-turn overlap: s5 (picnic, sister) and s6 (picnic, sister); both new here.
+    assert row.contributions["hop_guards"]["h1"]["user_overlap"]["added"] == ["m::s5::episode_001",
+                                                                             "m::s6::episode_001"]
+    # Counting wording: the top 48 overall only while the hop holds fewer than 32 episodes.
+    count = dataclasses.replace(GUARDS, date_window=False)
+    added = guarded(count, "How many picnics did I have with my sister?", hop_plan()).contributions["hop_guards"]
+    assert added["h1"]["user_overlap"] == {"limit": 48, "added": ["m::s5::episode_001", "m::s6::episode_001",
+                                                                  "m::s2::episode_001", "m::s4::episode_001"]}
+    full = guarded(dataclasses.replace(count, user_overlap_below=1), "How many picnics did I have with my sister?",
+                   hop_plan()).contributions["hop_guards"]
+    assert full["h1"]["user_overlap"] == {"limit": 0, "added": []}  # the hop already holds 1 >= 1 episode
+    # The top N OVERALL: an episode already in the hop takes a place (the answer step's guard would
+    # skip it and take the next best instead).
+    kayak = dataclasses.replace(temporal, user_overlap_temporal_max=1)
+    row = guarded(kayak, "How many weeks ago did I buy my kayak?", hop_plan())
+    assert row.contributions["hop_guards"]["h1"]["user_overlap"]["added"] == []
+
+
+def test_with_guards_at_retrieval_the_answer_step_adds_nothing():
+    ret = retrieval(ep(1, 1, "2023/08/19 (Sat) 09:00", ("user", "I baked bread.")))
+    pool = [ret.buffer_text, ep(2, 1, "2023/08/19 (Sat) 20:00", ("user", "Baked a cake too."))]
+    at_answer = dataclasses.replace(GUARDS, guard_stage="answer")
+    row = answer(Stub(), "What did I bake yesterday?", ret, routes=at_answer, pool=pool)
+    assert row.steps["date_window_dates"]["added"] == ["m::s2::episode_001"]
+    row = answer(Stub(), "What did I bake yesterday?", ret, routes=GUARDS, pool=pool)
+    assert "date_window_dates" not in row.steps and "user_overlap" not in row.steps
+    assert load_config(["configs/longmemeval_code.yaml"]).answer.routes.guard_stage == "retrieval"

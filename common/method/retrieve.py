@@ -33,7 +33,6 @@ their generic alias and term sets to the lexical guard and the question-term ran
 """
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -47,6 +46,7 @@ from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, Ret
 from common.core.text import content_tokens, norm, normprop, tokens
 from common.core.tokens import count_tokens
 from common.method.bridge import ANCHOR_FIELDS, PLACEHOLDER, Resolver, resolve_anchor
+from common.method.hop_guards import HopGuards, broad_state_lookup, widened
 from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
 from common.method.lexical import (
     EpisodeText,
@@ -58,6 +58,7 @@ from common.method.lexical import (
     squash,
 )
 from common.method.render import MemoryView, render_buffer, render_turn
+from common.method.routes import Routes
 
 FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "condition_value")
 # Record properties that name no specific predicate (the authors' code: activity, event, thing,
@@ -73,9 +74,9 @@ PLACEHOLDER_VALUES = frozenset({
 # First-person anchor entities; they name the memory's user (``Retriever.user_entity``).
 FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "user", "the user", "user's", "the user's"})
 FIRST_PERSON_POSSESSIVE = ("my ", "the user's ", "user's ")
-ROUTE_PRIORITY = {"structured": 0, "lexical": 1, "dense": 1, "fused": 1, "neighbor": 2}
+ROUTE_PRIORITY = {"structured": 0, "lexical": 1, "dense": 1, "fused": 1, "guard": 1, "neighbor": 2}
 # ``cap_drop: route``: what a binding cap keeps first (neighbour episodes go first, structured last).
-CAP_PRIORITY = {"structured": 0, "lexical": 1, "fused": 1, "dense": 2, "neighbor": 3}
+CAP_PRIORITY = {"structured": 0, "lexical": 1, "fused": 1, "dense": 2, "guard": 2, "neighbor": 3}
 
 
 @dataclass
@@ -120,9 +121,11 @@ class Retriever:
     """Retrieval over one memory's index; built once per memory, called per question."""
 
     def __init__(self, index: MemoryIndex, view: MemoryView, embedder: Any, cfg: RetrieveConfig,
-                 include_images: bool = True):
+                 include_images: bool = True, guards: Optional[Routes] = None):
         self.index, self.view, self.embedder, self.cfg = index, view, embedder, cfg
         self.include_images = include_images
+        # answer.routes.guard_stage: retrieval: the authors' date and overlap guards, per hop (hop_guards)
+        self.guards = HopGuards(guards, view, index.episodes, include_images) if guards else None
         self.pos_of = index.episode_pos()
         self.rec_entities = [norm(r.entity) for r in index.records]
         self.rec_props = np.array([r.property for r in index.records], dtype=object)
@@ -423,6 +426,7 @@ class Retriever:
         calls: list[dict[str, Any]] = []
         in_resolver = 0.0  # wall time inside bridge calls (may include waiting for other threads)
         blocked: list[str] = []  # hops blocked for a missing bridge (retrieve.block_empty_bridge, block_rule)
+        guarded: dict[str, dict[str, Any]] = {}  # what the per-hop guards added (answer.routes.guard_stage)
         if cfg.mode == "dense_only":
             self._dense_only(question, plan, selected)
         else:
@@ -437,6 +441,9 @@ class Retriever:
                     values[hop.hop_id] = ""
                     continue
                 hits, coverage[hop.hop_id] = self.hop_hits(question.question, anchor, plan.retrieval_scope)
+                if self.guards is not None:  # before the bridge, which then reads them too (the authors')
+                    more, guarded[hop.hop_id] = self.guards.added(question, plan, [h.pos for h in hits])
+                    hits = hits + [Hit(p, 0.0, "guard") for p in more]
                 if hop.bridge_request and resolve is not None:
                     bridge, hop_calls, spent = self._resolve_bridge(resolve, question.question, hop, anchor, hits)
                     values[hop.hop_id] = bridge.value
@@ -466,6 +473,8 @@ class Retriever:
             contributions["caps"] = caps
         if blocked:
             contributions["blocked_missing_bridge"] = blocked
+        if guarded:
+            contributions["hop_guards"] = guarded
         # Retrieval time = our own compute plus the bridge calls' latency (the original call's
         # when cached, like every efficiency figure), not the time spent queued behind other work.
         bridge_seconds = sum(float(c.get("latency") or 0.0) for c in calls)
@@ -547,23 +556,6 @@ class Retriever:
                 for nb in (pos - d, pos + d):
                     if 0 <= nb < len(eps) and nb not in selected and eps[nb].session_id == eps[pos].session_id:
                         selected[nb] = Selected(eps[nb].episode_id, selected[pos].hop_id, "neighbor", 0.0)
-
-
-# The authors' broad_state_lookup wording: an ordering word and a word about an item, a device or a move.
-BROAD_ORDER_RE = re.compile(r"\b(before|after|previous|earlier|later)\b", re.I)
-BROAD_THING_RE = re.compile(r"\b(gadget|device|appliance|product|item|move|moved|relocat)\w*", re.I)
-BROAD_STATE_K = 48
-
-
-def broad_state_lookup(question: str) -> bool:
-    """A before/after question about items, devices or moves (``retrieve.broad_state_lookup``)."""
-    return bool(BROAD_ORDER_RE.search(question) and BROAD_THING_RE.search(question))
-
-
-def widened(budget: ScopeBudget) -> ScopeBudget:
-    """The hop budget raised to at least 48 dense and 48 fallback episodes (no cap stays no cap)."""
-    fallback = None if budget.fallback_k is None else max(budget.fallback_k, BROAD_STATE_K)
-    return replace(budget, dense_k=max(budget.dense_k, BROAD_STATE_K), fallback_k=fallback)
 
 
 def missing_bridge(anchor: Anchor, values: dict[str, str]) -> bool:

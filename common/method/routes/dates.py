@@ -149,6 +149,28 @@ def named_dates(question: str, asked: Optional[date]) -> list[date]:
     return sorted(set(days))
 
 
+def first_named_dates(question: str, asked: Optional[date]) -> list[date]:
+    """The days of the FIRST relative expression a question names, in the order the authors'
+    retrieval guard tries them (today, a/one week ago, the day before yesterday, yesterday, the
+    past/last weekend, last <weekday>); ``named_dates`` unions them all."""
+    if asked is None:
+        return []
+    q = question.lower()
+    if re.search(r"\btoday\b", q) and not re.search(r"\bbefore today\b", q):
+        return [asked]
+    if re.search(r"\b(a|one) week ago\b", q):
+        return [asked - timedelta(days=7)]
+    if "day before yesterday" in q:
+        return [asked - timedelta(days=2)]
+    if re.search(r"\byesterday\b", q):
+        return [asked - timedelta(days=1)]
+    if re.search(r"\b(past|last) weekend\b", q):
+        sat = _last_weekend(asked)
+        return [sat, sat + timedelta(days=1)]
+    m = re.search(r"\blast (monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", q)
+    return [_last_weekday(asked, WEEKDAYS[m.group(1)])] if m else []
+
+
 def elapsed(a: date, b: date, unit: str) -> int:
     """Whole units from ``a`` to ``b`` (weeks rounded from days; months and years by the calendar)."""
     if a > b:

@@ -44,13 +44,14 @@ def run_routes(client: LLMClient, question: Question, plan: Optional[Plan],
     changed = False
     pool_blocks = [b for b in (parse_block(t) for t in pool or []) if b is not None]
     asked = parse_date(question.question_date)
-    if routes.date_window and routes.date_window_dates and pool_blocks:
+    at_answer = routes.guard_stage == "answer"  # guard_stage: retrieval added them per hop in 06 already
+    if at_answer and routes.date_window and routes.date_window_dates and pool_blocks:
         days = named_dates(question.question, asked)
         if days:
             blocks, added = add_by_dates(blocks, pool_blocks, days, routes.date_window_max)
             out.steps["date_window_dates"] = {"dates": [d.isoformat() for d in days], "added": added}
             changed = changed or bool(added)
-    if routes.user_overlap and pool_blocks and guard_wanted(question.question, plan):
+    if at_answer and routes.user_overlap and pool_blocks and guard_wanted(question.question, plan):
         limit = overlap_limit(question.question, plan, routes, len(blocks))
         blocks, added = add_by_overlap(question.question, blocks, pool_blocks, limit)
         out.steps["user_overlap"] = {"added": added, **({"limit": limit} if limit != routes.user_overlap_max else {})}

@@ -1,14 +1,16 @@
 """The guards on the buffer: the user-turn overlap guard, the days the question names, and the
-episodes dated after the question."""
+episodes dated after the question. ``answer.routes.guard_stage: retrieval`` runs the first two as the
+authors' retrieval does, per hop before its bridge (``hop_guard_ids``, called by stage 06)."""
 from __future__ import annotations
 
 from datetime import date
-from typing import Optional
+from typing import Any, Optional
 
-from common.core.schema import Plan
+from common.core.schema import Plan, Question
+from common.method.routes.dates import first_named_dates, parse_date
 from common.method.routes.evidence import Block, stems
 from common.method.routes.switches import Routes
-from common.method.routes.wording import temporal_wording
+from common.method.routes.wording import guard_wanted, temporal_wording
 
 
 def overlap_limit(question: str, plan: Optional[Plan], routes: Routes, candidates: int) -> int:
@@ -54,3 +56,41 @@ def window_filter(blocks: list[Block], asked: Optional[date]) -> tuple[list[Bloc
         return blocks, []
     dropped = [b.episode_id for b in blocks if b.day is not None and b.day > asked]
     return [b for b in blocks if b.episode_id not in set(dropped)], dropped
+
+
+def top_overlap(question: str, pool: list[Block], limit: int) -> list[Block]:
+    """The ``limit`` episodes of the whole memory whose user turns share most content stems with the
+    question (score as ``overlap_score``; ties: more shared stems, earlier date, id), as the authors'
+    guard ranks them: some may already be selected, so fewer than ``limit`` may be new."""
+    words = stems(question)
+    scored = []
+    for b in pool:
+        shared = words & stems(" ".join(t.text for t in b.turns if t.user))
+        if shared:
+            scored.append((-sum(2 if len(w) >= 6 else 1 for w in shared), -len(shared), b.date_text, b.episode_id, b))
+    return [s[-1] for s in sorted(scored, key=lambda s: s[:4])[:limit]]
+
+
+def hop_guard_ids(question: Question, plan: Plan, pool: list[Block], selected: list[str],
+                  routes: Routes) -> tuple[list[str], dict[str, Any]]:
+    """``guard_stage: retrieval``: the episodes the authors' retrieval guards add to ONE hop before its
+    bridge, and what they did. The date-window guard adds every memory episode observed on the days of
+    the first relative expression the question names ((date, id) order, at most ``date_window_max``);
+    the overlap guard adds the top ``user_overlap_temporal_max`` episodes overall for temporal wording,
+    and for counting wording the top ``user_overlap_max`` only while the hop holds fewer than
+    ``user_overlap_below`` episodes. The hop's episodes are then ranked with the rest."""
+    have = list(selected)
+    log: dict[str, Any] = {}
+    if routes.date_window and routes.date_window_dates:
+        days = set(first_named_dates(question.question, parse_date(question.question_date)))
+        on_days = sorted((b for b in pool if b.day in days), key=lambda b: (b.date_text, b.episode_id))
+        new = [b.episode_id for b in on_days[:routes.date_window_max] if b.episode_id not in have]
+        if days:
+            log["date_window_dates"] = {"dates": sorted(d.isoformat() for d in days), "added": new}
+        have += new
+    if routes.user_overlap and guard_wanted(question.question, plan):
+        limit = overlap_limit(question.question, plan, routes, len(have))
+        new = [b.episode_id for b in top_overlap(question.question, pool, limit) if b.episode_id not in have]
+        log["user_overlap"] = {"limit": limit, "added": new}
+        have += new
+    return have[len(selected):], log
