@@ -16,11 +16,12 @@ from typing import Any, Callable, Optional
 from common.core.config import RetrieveConfig, ScopeBudget, load_config
 from common.core.llm import Completion
 from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, Record, Session, Turn
+from common.method import answer as answer_mod
 from common.method import routes as r
 from common.method.index import build_index
 from common.method.render import MemoryView
 from common.method.retrieve import Retriever
-from tests.fake_openai.scripted import CANDIDATE_RE, _ledger_episodes
+from tests.fake_openai.scripted import CANDIDATE_RE, _ledger_episodes, scripted_content
 from tests.test_answer_routes import Stub, answer, block, retrieval
 from tests.test_retrieve import FakeEmbedder
 
@@ -379,3 +380,116 @@ def test_with_guards_at_retrieval_the_answer_step_adds_nothing():
     row = answer(Stub(), "What did I bake yesterday?", ret, routes=GUARDS, pool=pool)
     assert "date_window_dates" not in row.steps and "user_overlap" not in row.steps
     assert load_config(["configs/longmemeval_code.yaml"]).answer.routes.guard_stage == "retrieval"
+
+
+# --------------------------------------------------------------------------- section 3: draft, verify, rerank
+def answer_with(steps: answer_mod.AnswerSteps, client: Stub, question: str, ret: Any, target: str = "value",
+                scope: str = "point") -> Any:
+    plan = Plan(answer_target={"type": target, "description": ""}, reasoning_type="direct", retrieval_scope=scope,
+                required_properties=[], hops=[])
+    return answer_mod.answer_question(client, Question("q", "m", question, ASKED), plan, ret,  # type: ignore[arg-type]
+                                      steps=steps)
+
+
+CARS = (ep(1, 1, "2023/03/02 (Thu) 10:00", ("user", "I drive a silver sedan to work every day.")),
+        ep(2, 1, "2023/07/15 (Sat) 10:00", ("user", "I sold the sedan and now drive a green hatchback.")))
+
+
+def by_the_rules(kind: str, text: str) -> Optional[dict[str, Any]]:
+    """A draft that follows its system prompt: told to give the value holding on the question date, it
+    reads the latest episode; otherwise it answers from the first episode it reads."""
+    if kind != "answer_draft":
+        return None
+    latest = "held on the question date" in text
+    said = [line for line in text.splitlines() if line.startswith("[m::s")]
+    car = re.search(r"(silver sedan|green hatchback)", said[-1] if latest else said[0])
+    return {"answer": car.group(1) if car else "Unknown", "evidence_episode_ids": [], "reasoning": "scripted"}
+
+
+def test_the_draft_carries_the_authors_answer_rules():
+    """FINAL_ANSWER_SYSTEM: order, elapsed time, first/latest, the state valid at the question date,
+    counts, recommendations with a personal detail, what the assistant recommended."""
+    question = "What car do I drive?"
+    fourth = answer_mod.AnswerSteps(prompt_set="code_rules", draft="json", draft_prompt="longmemeval")
+    assert answer_with(fourth, Stub(by_the_rules), question, retrieval(*CARS)).answer == "silver sedan"
+    client = Stub(by_the_rules)
+    rules = dataclasses.replace(fourth, draft_rules=True)
+    assert answer_with(rules, client, question, retrieval(*CARS)).answer == "green hatchback"
+    system = client.requests[0][2]
+    for rule in ("date order", "two dates that the episodes establish separately", "every occurrence",
+                 "held on the question date", "count a repeated mention of the same thing once",
+                 "never put forward as a main suggestion", "at least one concrete detail",
+                 "the assistant's own turns are the record"):
+        assert rule in system, rule
+
+
+def test_the_routes_checked_lines_are_an_audit_beside_the_plan():
+    """Their FINAL_ANSWER_USER and ANSWER_VERIFY_USER carry the evidence audit beside the plan."""
+    ret = retrieval(ep(1, 1, "2023/08/01", ("user", "I paid $30 for the yoga class.")),
+                    ep(2, 1, "2023/08/08", ("user", "Another yoga class, $30.")))
+    routes = r.Routes(count=True, count_complete_gate=True)
+
+    def lose(kind: str, text: str) -> Optional[dict[str, Any]]:  # the scan never accounts for s2: fallback
+        if kind == "answer_count":
+            reply = json.loads(scripted_content(kind, text))
+            return {k: [x for x in v if x["episode_id"] != "m::s2::episode_001"] for k, v in reply.items()}
+        return None
+
+    base = answer_mod.AnswerSteps(prompt_set="code_rules", draft="json", verify=True, routes=routes)
+    for on in (False, True):
+        client = Stub(lose)
+        row = answer_with(dataclasses.replace(base, draft_audit=on), client, "How much did I spend on yoga?", ret)
+        assert row.steps["count"]["outcome"] == "fallback: evidence incomplete (completeness gate)"
+        draft, verify = (t for _, p, t in client.requests if p in ("code_rules.answer_draft_user",
+                                                                     "code_rules.answer_verify_user"))
+        for text in (draft, verify):
+            assert ("Evidence audit (lines checked" in text) == on
+            episodes = text.split("Complete original episodes retrieved across all hops:\n", 1)[-1]
+            episodes = episodes.split("Original episodes:\n", 1)[-1]
+            assert episodes.startswith("Items found by a checked scan") != on
+
+
+def shortest_form(kind: str, text: str) -> Optional[dict[str, Any]]:
+    """A verify that follows its rules: told to cut to the shortest sufficient answer, it keeps the first
+    three words; otherwise it keeps the draft."""
+    if kind != "answer_verify":
+        return None
+    draft = re.search(r"^Draft answer: (.*)$", text, re.M).group(1)  # type: ignore[union-attr]
+    short = "shortest sufficient answer" in text
+    return {"verdict": "rewritten" if short else "supported",
+            "answer": " ".join(draft.split()[:3]) if short else draft, "evidence_episode_ids": []}
+
+
+def test_verify_carries_their_checklist_and_the_shortest_form_is_its_own_switch():
+    ret = retrieval(ep(1, 1, "2023/08/01", ("user", "My favourite mug is the blue one from the shop on Main Street.")))
+    base = answer_mod.AnswerSteps(prompt_set="code_rules", verify=True)
+
+    def run(steps: answer_mod.AnswerSteps) -> tuple[Any, str]:
+        client = Stub(lambda k, t: shortest_form(k, t) or (None if k != "answer" else None))
+        row = answer_with(steps, client, "Which mug is my favourite?", ret)
+        return row, next(t for _, p, t in client.requests if p == "code_rules.answer_verify_user")
+
+    row, sent = run(base)
+    assert row.answer == " ".join(row.draft.split()[:3]) and "date arithmetic" not in sent
+    row, sent = run(dataclasses.replace(base, verify_short=False, verify_checklist=True))
+    assert row.answer == row.draft
+    for check in answer_mod.VERIFY_CHECKS:
+        assert check in sent, check
+    assert "shortest sufficient answer" not in sent
+
+
+def test_the_rerank_pads_an_ordering_question_to_its_limit():
+    """_choose_episodes pads first/latest/sequence/elapsed (and knowledge-update) selections to L."""
+    ret = retrieval(*[ep(i, 1, f"2023/0{i}/01", ("user", f"I bought item {i}.")) for i in range(1, 7)])
+
+    def one(kind: str, text: str) -> Optional[dict[str, Any]]:
+        return ({"evidence_slots": [], "selected_episode_ids": ["m::s3::episode_001"], "reason": "x"}
+                if kind == "answer_rerank" else None)
+
+    steps = answer_mod.AnswerSteps(prompt_set="code_rules", rerank=True, rerank_max=4)
+    question = "Which did I buy first, the tent or the stove?"
+    assert answer_with(steps, Stub(one), question, ret).steps["rerank"]["padded"] == 1  # to 2
+    padded = answer_with(dataclasses.replace(steps, rerank_pad_operators=True), Stub(one), question, ret)
+    assert padded.steps["rerank"]["padded"] == 3 and len(padded.steps["rerank"]["selected"]) == 4
+    plain = answer_with(dataclasses.replace(steps, rerank_pad_operators=True), Stub(one), "What did I buy?", ret)
+    assert plain.steps["rerank"]["padded"] == 1  # no ordering wording: padded to 2 as before

@@ -447,9 +447,23 @@ class AnswerConfig:
     # The draft's system prompt: answer_system (the prompt set's, LoCoMo's safeguards under
     # code_rules) or longmemeval (the authors' LongMemEval draft prompt, code_rules.answer_draft_system).
     draft_prompt: Literal["answer_system", "longmemeval"] = "answer_system"
+    # With draft_prompt: longmemeval, the draft's system prompt carries the rules of the authors'
+    # FINAL_ANSWER_SYSTEM (order, elapsed time, first/latest, the state at the question date, counts,
+    # recommendations): code_rules.answer_draft_rules_system instead of the fourth pass's shorter prompt.
+    draft_rules: bool = False
     # Rerank and verify keep every candidate for the plans the authors keep whole: point lookups
     # about the user, latest/previous-state wording and temporal point plans (plan and wording only).
     keep_whole_point: bool = False
+    # The authors' rerank pads an ordering, first/latest, previous-state or elapsed-time question's
+    # selection to its limit (20), not to 2 (chosen here by the wording).
+    rerank_pad_operators: bool = False
+    # The answer routes' checked lines go to the JSON draft's and verify's user messages as an evidence
+    # audit beside the plan (the authors'), instead of before the episodes.
+    draft_audit: bool = False
+    # verify: the authors' checks (date arithmetic, order, previous/current, counting, avoidances) as rewrite
+    # conditions; verify_short: false drops the harness's "shortest sufficient answer" rewrite (theirs has none).
+    verify_checklist: bool = False
+    verify_short: bool = True
     routes: RoutesConfig = field(default_factory=lambda: RoutesConfig())
     # The answer is the reply with its surrounding whitespace stripped. false (configs/beam.yaml):
     # the raw reply, as BEAM's official runner stores and scores it (an event-ordering answer's

@@ -403,7 +403,10 @@ def answer(run: Run) -> None:
                                    verify=ac.verify, style=style, rerank_keep_all=ac.rerank_keep_all,
                                    draft=ac.draft, verify_personal=ac.verify_personal,
                                    routes=Routes(**dataclasses.asdict(ac.routes)), draft_prompt=ac.draft_prompt,
-                                   keep_whole_point=ac.keep_whole_point, strip=ac.strip)
+                                   keep_whole_point=ac.keep_whole_point, strip=ac.strip,
+                                   rerank_pad_operators=ac.rerank_pad_operators, draft_audit=ac.draft_audit,
+                                   draft_rules=ac.draft_rules,
+                                   verify_checklist=ac.verify_checklist, verify_short=ac.verify_short)
     extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
                                         ("answer_draft", ac.draft == "json"),
                                         ("answer_count", ac.routes.count),
@@ -419,6 +422,11 @@ def answer(run: Run) -> None:
                             "draft_json" if ac.draft == "json" else "",
                             "verify_short" if ac.verify and not ac.verify_personal else "",
                             "draft_lme" if ac.draft == "json" and ac.draft_prompt == "longmemeval" else "",
+                            "draft_rules" if ac.draft == "json" and ac.draft_rules else "",
+                            "rerank_pad" if ac.rerank and ac.rerank_pad_operators else "",
+                            "draft_audit" if ac.draft == "json" and ac.draft_audit else "",
+                            "verify_checklist" if ac.verify and ac.verify_checklist else "",
+                            "verify_long" if ac.verify and not ac.verify_short else "",
                             "keep_whole_point" if ac.rerank and ac.keep_whole_point else "",
                             "raw" if not ac.strip else "",
                             json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)
