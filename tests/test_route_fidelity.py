@@ -11,11 +11,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import types
 from typing import Any, Callable, Optional
 
+from common.core import fingerprint
+from common.core import prompts as prompts_mod
 from common.core.config import RetrieveConfig, ScopeBudget, load_config
 from common.core.llm import Completion
-from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, Record, Session, Turn
+from common.core.schema import (
+    Anchor,
+    AnswerRow,
+    Bridge,
+    Episode,
+    Gold,
+    Hop,
+    Plan,
+    Question,
+    Record,
+    Session,
+    Turn,
+)
+from common.evaluation import judge_lme
+from common.evaluation import longmemeval as lme_eval
 from common.method import answer as answer_mod
 from common.method import routes as r
 from common.method.index import build_index
@@ -493,3 +510,46 @@ def test_the_rerank_pads_an_ordering_question_to_its_limit():
     assert padded.steps["rerank"]["padded"] == 3 and len(padded.steps["rerank"]["selected"]) == 4
     plain = answer_with(dataclasses.replace(steps, rerank_pad_operators=True), Stub(one), "What did I buy?", ret)
     assert plain.steps["rerank"]["padded"] == 1  # no ordering wording: padded to 2 as before
+
+
+# --------------------------------------------------------------------------- section 3: the LongMemEval judge
+class JudgeStub:
+    """A judge endpoint replying ``reply``, recording each request's prompt and max_tokens."""
+
+    def __init__(self, reply: str):
+        self.reply, self.sent = reply, []
+
+    def settings(self, role: str) -> Any:
+        return types.SimpleNamespace(model="judge")
+
+    def complete(self, role: str, messages: list[dict[str, str]], json_mode: bool = False, prompt_id: str = "",
+                 max_tokens: Optional[int] = None, repeat: int = 0) -> Completion:
+        self.sent.append((prompt_id, max_tokens, messages[-1]["content"]))
+        return Completion(self.reply, "k", False, "judge", {"prompt_tokens": 1, "completion_tokens": 1}, 0.01)
+
+
+def test_the_authors_judge_is_a_labelled_option_beside_the_official_checker():
+    gold = Gold(qid="lme-1_abs", memory_id="m", answer="You did not say.", category="temporal-reasoning",
+                question_type="temporal-reasoning", abstention=True)
+    ans = AnswerRow(qid="lme-1_abs", memory_id="m", question="When did I fly?", answer="On Monday.", model="m",
+                    prompt_id="p")
+    reply = "Yes, it gives a day, so no, it does not recognise that."
+    official = JudgeStub(reply)
+    assert judge_lme.judge_answer_lme(official, "j", ans, gold).label == 1  # "yes" occurs in the reply
+    authors = JudgeStub(reply)
+    row = lme_eval.judge(authors, "j", "authors", ans, gold)
+    assert row.label == 0  # the last standalone yes/no decides
+    assert authors.sent[0][:2] == ("judge_lme_authors_abstention", 64) and official.sent[0][1] == 10
+    assert judge_lme.authors_label("It happened yesterday.") == 0 and judge_lme.official_label("yesterday") == 1
+    # An id with "_abs" inside but not at its end: the official checker abstains, theirs does not.
+    assert judge_lme.template_id("multi-session", "x_abs_2") == "judge_lme_abstention"
+    assert judge_lme.authors_template_id("multi-session", "x_abs_2") == "judge_lme_authors_default"
+    assert "off-by-one" not in prompts_mod.load("judge_lme_authors_temporal")  # own words, their criterion:
+    assert "error of one against a number of days, weeks or months" in prompts_mod.load("judge_lme_authors_temporal")
+    # The default stays the official checker; the option changes the judge fingerprint only.
+    paper = load_config(["configs/longmemeval.yaml"])
+    assert paper.judge.prompt == "official"
+    alt = load_config(["configs/longmemeval.yaml"], ["judge.prompt=authors", "judge.name=authors-judge"])
+    official_fp = fingerprint.judge_components(paper, "r", "p")["judge_prompts"]
+    authors_fp = fingerprint.judge_components(alt, "r", "p")["judge_prompts"]
+    assert set(official_fp) == set(judge_lme.PROMPT_IDS) and set(authors_fp) == set(judge_lme.AUTHORS_IDS)

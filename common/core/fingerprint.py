@@ -59,6 +59,7 @@ SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "
 SWITCH_OFF = {("answer", "draft"): "plain"}
 
 
+AUTHORS_PREFIX = "judge_lme_authors_"  # judge.prompt: authors (the authors' LongMemEval judge)
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
 FILE = "fingerprint.json"
 
@@ -148,7 +149,9 @@ def _method_section(cfg: Config, section: str) -> dict[str, Any]:
 def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
     beam = str(cfg.benchmark) == "beam"
     prompts = {k: v for k, v in _prompt_hashes(judge=True).items()
-               if k == cfg.judge.prompt or (cfg.judge.prompt == "official" and k.startswith("judge_lme_"))
+               if k == cfg.judge.prompt
+               or (cfg.judge.prompt == "official" and k.startswith("judge_lme_") and not k.startswith(AUTHORS_PREFIX))
+               or (cfg.judge.prompt == "authors" and k.startswith(AUTHORS_PREFIX))
                or (beam and k.startswith("judge_beam_"))}
     out: dict[str, Any] = {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
            "judge_prompts": prompts, "scoring_policy": policy}

@@ -71,6 +71,12 @@ PROMPT_KINDS: dict[str, str] = {
     "judge_lme_knowledge_update": "judge_lme",
     "judge_lme_preference": "judge_lme",
     "judge_lme_abstention": "judge_lme",
+    # judge.prompt: authors (the authors' LongMemEval judge; also asks for yes or no).
+    "judge_lme_authors_default": "judge_lme",
+    "judge_lme_authors_temporal": "judge_lme",
+    "judge_lme_authors_knowledge_update": "judge_lme",
+    "judge_lme_authors_preference": "judge_lme",
+    "judge_lme_authors_abstention": "judge_lme",
     # make doctor's probe of an endpoint (common.pipeline.doctor).
     "doctor_user": "doctor",
     # BEAM's official rubric judge (one call per rubric item) and its event-ordering YES/NO
