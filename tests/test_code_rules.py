@@ -434,11 +434,15 @@ def test_code_configs_switch_everything_on_over_the_paper_config(config, paper):
         ("code_rules", "code", True, lme, lme)
     assert code.run.name == "code_rules" and code.benchmark == base.benchmark
     # Retrieval differs only by the authors' entity gate, field scores, blocked hops (and their
-    # blocking rule), the generic sets of their lexical guard (and, in their LongMemEval retrieval
-    # only, the broad state lookup).
+    # blocking rule), the generic sets, stop words and phrase-bonus text of their lexical guard, their
+    # bridge request without the question (and, in their LongMemEval retrieval only, the broad state
+    # lookup).
+    assert (code.retrieve.lexical_stopwords, code.retrieve.lexical_phrase_text, code.retrieve.bridge_question) == \
+        ("code", "speaker", False)
     assert dataclasses.replace(code.retrieve, entity_match="fuzzy", field_scores="harness",
                                block_empty_bridge=False, block_rule="empty_bridge",
-                               lexical_aliases=False, broad_state_lookup=False) == base.retrieve
+                               lexical_aliases=False, broad_state_lookup=False, lexical_stopwords="harness",
+                               lexical_phrase_text="counted", bridge_question=True) == base.retrieve
     assert code.retrieve.broad_state_lookup == lme
     assert code.judge == base.judge and code.models == base.models
 

@@ -34,8 +34,11 @@ from common.core.schema import (
 from common.evaluation import judge_lme
 from common.evaluation import longmemeval as lme_eval
 from common.method import answer as answer_mod
+from common.method import bridge as bridge_mod
+from common.method import lexical
 from common.method import routes as r
 from common.method.index import build_index
+from common.method.projections import add_projections
 from common.method.render import MemoryView
 from common.method.retrieve import Retriever
 from tests.fake_openai.scripted import CANDIDATE_RE, _ledger_episodes, scripted_content
@@ -553,3 +556,64 @@ def test_the_authors_judge_is_a_labelled_option_beside_the_official_checker():
     official_fp = fingerprint.judge_components(paper, "r", "p")["judge_prompts"]
     authors_fp = fingerprint.judge_components(alt, "r", "p")["judge_prompts"]
     assert set(official_fp) == set(judge_lme.PROMPT_IDS) and set(authors_fp) == set(judge_lme.AUTHORS_IDS)
+
+
+# --------------------------------------------------------------------------- section 3: the smaller items
+def test_the_lexical_guard_can_use_the_authors_stop_words():
+    """Their QUERY_STOPWORDS keep after/before/one/still/every as terms and drop common/please/really/tell."""
+    q = "Can you please tell me what I still do every week after work?"
+    harness, code = lexical.question_terms(q), lexical.question_terms(q, stop=lexical.CODE_STOPWORDS)
+    assert "still" not in harness and "after" not in harness and "please" in harness and "tell" in harness
+    assert {"still", "every", "after"} <= set(code) and not {"please", "tell", "can"} & set(code)
+    texts = ["i go swimming every week.", "i still paint every week."]
+    assert lexical.rank_episodes_for_answer("What do I still do every week?", texts) == [0, 1]  # a tie on "week"
+    assert lexical.rank_episodes_for_answer("What do I still do every week?", texts,
+                                            stop=lexical.CODE_STOPWORDS) == [1, 0]
+    cfg = load_config(["configs/longmemeval_code.yaml"]).retrieve
+    assert cfg.lexical_stopwords == "code" and load_config(["configs/locomo_code.yaml"]).retrieve.lexical_stopwords \
+        == "code"
+
+
+def test_the_phrase_bonus_can_count_in_the_speakers_own_lines():
+    """Their bonus counts phrases in the evidence text (the entity's own lines), even when the hits fell
+    back to the whole episode; ours counted it wherever the hits were counted."""
+    doc = lexical.EpisodeText(frozenset({"oskar", "lena"}), "oskar: i liked it.\nlena: the harbor festival was loud.",
+                              {"oskar": "oskar: i liked it.", "lena": "lena: the harbor festival was loud."})
+    counted = lexical.lexical_guard([doc], ["harbor festival"], "oskar")
+    speaker = lexical.lexical_guard([doc], ["harbor festival"], "oskar", phrase_on="speaker")
+    weight = lexical.idf(1, 1)
+    assert counted == [(0, round(weight + 3.0, 6))] and speaker == [(0, round(weight, 6))]
+
+
+def test_the_bridge_call_can_leave_the_question_out():
+    """Their BRIDGE_USER holds the request, the hop's anchor and the episodes; ours adds the question."""
+    hop = Hop("h1", anchor=Anchor(entity="me", property="buy"), bridge_request="the shop's name")
+    question = "Where did I buy the kayak that I sold?"
+    shown = "### Episode e1 | s1 | session date: 2023\n[D1:1] me: hi"
+    with_q = bridge_mod.bridge_messages(question, hop, hop.anchor, shown)
+    without = bridge_mod.bridge_messages(question, hop, hop.anchor, shown, with_question=False)
+    assert question in with_q[1]["content"] and question not in without[1]["content"]
+    assert with_q[1]["content"].replace(
+        f"The user's question, for context only (do not answer it): {question}\n\n", "") == without[1]["content"]
+    client = Stub()
+    bridge_mod.resolve_bridge(client, question, hop, hop.anchor, "", [], with_question=False)  # type: ignore[arg-type]
+    assert client.requests[0][1] == "code_rules.bridge_code_user" and question not in client.requests[0][2]
+    assert load_config(["configs/locomo_code.yaml"]).retrieve.bridge_question is False
+
+
+def test_the_speaker_event_projection_can_read_the_whole_turn_with_the_authors_verbs():
+    turns = [Turn("D1:1", "Oskar", "The harbor festival was packed. I attended with Lena."),
+             Turn("D1:2", "Lena", "I am attending the lantern parade tonight!")]
+    view = MemoryView("m", [Session("m", "session_1", 1, "2023", turns, ["Oskar", "Lena"])])
+    episode = Episode("m::session_1::episode_001", "m", "session_1", 1, "2023", ["D1:1", "D1:2"], "festival", "event")
+    e = episode.episode_id
+    records = [Record(f"{e}::index_001", e, "m", "harbor festival", "event", "time", "saturday",
+                      evidence_dia_ids=["D1:1"]),
+               Record(f"{e}::index_002", e, "m", "lantern parade", "event", "time", "tonight",
+                      evidence_dia_ids=["D1:2"])]
+    harness = add_projections(records, view, episode, True, False)
+    code = add_projections(records, view, episode, True, False, "code")
+    assert len(harness) == 2  # the entity and the verb are in different sentences; "attending" is not a form
+    assert [(r.entity, r.property, r.value) for r in code[2:]] == [("Oskar", "attend", "harbor festival"),
+                                                                  ("Lena", "attend", "lantern parade")]
+    assert load_config(["configs/longmemeval_code.yaml"]).extract.speaker_event_rule == "code"

@@ -181,6 +181,9 @@ class ExtractConfig:
     # LoCoMo-specific and not reproduced.)
     speaker_event_projection: bool = False
     object_creator_projection: bool = False
+    # harness: the speaker-event projection needs the entity and the verb in one sentence; code: the authors'
+    # rule (the entity anywhere in the turn, attend(ing)/participate(ing) too, the speaker's own entity too).
+    speaker_event_rule: Literal["harness", "code"] = "harness"
 
 
 @dataclass(frozen=True)
@@ -341,6 +344,15 @@ class RetrieveConfig:
     # false: the placeholder is dropped and those hops rely on their other fields.
     bridges: bool = True
     bridge_context_k: int = 24  # selected episodes shown to the bridge call, in hop rank order
+    # The lexical guard's and the question-term ranking's stop words: harness (common.core.text) or code (the
+    # authors' query stop words, which keep after/before/one/still and drop common/please/really/tell).
+    lexical_stopwords: Literal["harness", "code"] = "harness"
+    # The guard's phrase bonus counts in the text its hits were counted on (counted), or in the entity's own
+    # lines whenever it has some (speaker, the authors' evidence text).
+    lexical_phrase_text: Literal["counted", "speaker"] = "counted"
+    # The bridge call is shown the question for context (the harness's); false: the request, the anchor and
+    # the episodes only (the authors' bridge prompt).
+    bridge_question: bool = True
 
 
 class ImportPath(str):

@@ -45,9 +45,10 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
                "keep_whole_point": False, "routes": dataclasses.asdict(RoutesConfig()), "strip": True,
                "rerank_pad_operators": False, "draft_rules": False, "draft_audit": False, "verify_checklist": False,
                "verify_short": True},
-    "extract": {"speaker_event_projection": False, "object_creator_projection": False},
+    "extract": {"speaker_event_projection": False, "object_creator_projection": False, "speaker_event_rule": "harness"},
     "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False,
-                 "broad_state_lookup": False, "block_rule": "empty_bridge", "lexical_aliases": False},
+                 "broad_state_lookup": False, "block_rule": "empty_bridge", "lexical_aliases": False,
+                 "lexical_stopwords": "harness", "lexical_phrase_text": "counted", "bridge_question": True},
 }
 # The roles of those switches, fingerprinted only when their switch is on.
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),

@@ -43,12 +43,13 @@ from rapidfuzz import fuzz, process
 
 from common.core.config import RetrieveConfig, ScopeBudget
 from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, RetrievalRow, Selected
-from common.core.text import content_tokens, norm, normprop, tokens
+from common.core.text import STOPWORDS, content_tokens, norm, normprop, tokens
 from common.core.tokens import count_tokens
 from common.method.bridge import ANCHOR_FIELDS, PLACEHOLDER, Resolver, resolve_anchor
 from common.method.hop_guards import HopGuards, broad_state_lookup, widened
 from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
 from common.method.lexical import (
+    CODE_STOPWORDS,
     EpisodeText,
     TermTables,
     hop_terms,
@@ -136,6 +137,7 @@ class Retriever:
         self._postings: dict[str, frozenset[int]] = {}  # lexical guard: episodes holding each term
         # retrieve.lexical_aliases: the authors' generic alias and term sets (lexical.TermTables)
         self.terms: Optional[TermTables] = load_term_tables() if cfg.lexical_aliases else None
+        self.stop = CODE_STOPWORDS if cfg.lexical_stopwords == "code" else STOPWORDS  # the guard's and ranking's
         self._small_fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ structured route
@@ -321,7 +323,7 @@ class Retriever:
         """``positions`` re-ordered by question-term score (``lexical.rank_episodes_for_answer``)."""
         docs = self.docs()
         order = rank_episodes_for_answer(question, [docs[p].text for p in positions], squashed=True,
-                                         tables=self.terms)
+                                         tables=self.terms, stop=self.stop)
         return [positions[i] for i in order]
 
     def guard_fallback(self, question: str, anchor: Anchor, budget: ScopeBudget,
@@ -333,9 +335,9 @@ class Retriever:
         retrieval does this for a hop without structured matches).
         """
         lex = [Hit(p, h, "lexical") for p, h in lexical_guard(
-            self.docs(), hop_terms(question, anchor.value, anchor.property, self.terms), anchor.entity,
+            self.docs(), hop_terms(question, anchor.value, anchor.property, self.terms, self.stop), anchor.entity,
             anchor.condition_property, anchor.condition_value, self._postings,
-            self.terms.word_forms if self.terms else None)]
+            self.terms.word_forms if self.terms else None, self.cfg.lexical_phrase_text)]
         lines = [question] + [f"{f}: {getattr(anchor, f)}" for f in FIELDS if f != "entity_type" and getattr(anchor, f)]
         den = self.dense("\n".join(lines), budget.dense_k)
         merged: dict[int, Hit] = {}

@@ -142,7 +142,9 @@ def extract(run: Run) -> None:
     rep_of = {e.episode_id: by_session[rep_session[f"{e.memory_id}::{e.session_id}"].key][i]
               for r in rows for i, e in enumerate(r.episodes)}
     g, imgs, pset = run.cfg.extract.granularity, run.cfg.episodes.include_images, run.cfg.prompts.set
-    proj = (run.cfg.extract.speaker_event_projection, run.cfg.extract.object_creator_projection)
+    ext = run.cfg.extract  # the rule enters the tuple (and the row digest) only when it is the authors'
+    proj = (ext.speaker_event_projection, ext.object_creator_projection) + \
+        ((ext.speaker_event_rule,) if ext.speaker_event_rule != "harness" else ())
     run_rows_deduplicated(run, ID["extract"], run.path("records"), "episode_id", eps, lambda e: e.episode_id, rep_of,
               lambda e: extract_mod.extract_episode(run.llm, views[e.memory_id], e, g, imgs, pset, proj),
               rebase_records, "extract", [run.path("episodes")], lambda r: r["fallback_used"],

@@ -59,7 +59,8 @@ class EnSIMem(MemorySystem):
             self.retrievers[mid] = Retriever(MemoryIndex.load(self.paths[mid]), view, self.ctx.embedder(),
                                              self.ctx.cfg.retrieve, self.ctx.include_images, self.guards)
         return self.retrievers[mid].retrieve(question, self.plans[question.qid].plan,
-                                             bridge_mod.make_resolver(self.ctx.llm, question.question))
+                                             bridge_mod.make_resolver(self.ctx.llm, question.question,
+                                                                      self.ctx.cfg.retrieve.bridge_question))
 
 
 class FullContext(MemorySystem):

@@ -45,6 +45,7 @@ PROMPT_KINDS: dict[str, str] = {
     # plan.audit, answer.rerank, answer.verify: their own kinds.
     "code_rules.plan_audit_user": "plan_audit",
     "code_rules.plan_code_repair_user": "plan_repair",  # plan.repair: code
+    "code_rules.bridge_code_user": "bridge",  # retrieve.bridge_question: false (no question line)
     "code_rules.answer_rerank_user": "answer_rerank",
     "code_rules.answer_verify_user": "answer_verify",
     "code_rules.answer_draft_user": "answer_draft",
