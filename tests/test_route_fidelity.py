@@ -617,3 +617,59 @@ def test_the_speaker_event_projection_can_read_the_whole_turn_with_the_authors_v
     assert [(r.entity, r.property, r.value) for r in code[2:]] == [("Oskar", "attend", "harbor festival"),
                                                                   ("Lena", "attend", "lantern parade")]
     assert load_config(["configs/longmemeval_code.yaml"]).extract.speaker_event_rule == "code"
+
+
+def pottery() -> Any:
+    return retrieval(block("m::s1::episode_001", "2023/05/01", ("user", "I started pottery three weeks before the "
+                                                                         "recital.")),
+                     block("m::s2::episode_001", "2023/05/20", ("user", "The recital was 2 weeks ago and it went "
+                                                                         "great.")))
+
+
+def chain_reply(same_anchor: bool) -> Callable[[str, str], Optional[dict[str, Any]]]:
+    """The chain call as its prompt asks: the two extra fields only when the prompt names them."""
+    def reply(kind: str, text: str) -> Optional[dict[str, Any]]:
+        if kind == "answer_temporal":
+            return {"facts": [{"event": "started pottery", "status": "mentioned", "episode_id": "m::s1::episode_001",
+                               "quote": "I started pottery three weeks before the recital"}]}
+        if kind != "answer_age_chain":
+            return None
+        out: dict[str, Any] = {
+            "target_age": None,
+            "anchor_age": {"value": 5, "unit": "weeks", "episode_id": "m::s2::episode_001",
+                           "quote": "The recital was 2 weeks ago"},
+            "offset": {"value": 3, "unit": "week", "direction": "before", "episode_id": "m::s1::episode_001",
+                       "quote": "three weeks before the recital"}}
+        if '"same_anchor_event"' in text:
+            out.update(same_anchor_event=same_anchor, evidence_complete=True)
+        return out
+    return reply
+
+
+def test_the_age_chain_needs_the_same_anchor_and_a_complete_chain():
+    """_build_relative_age_chain accepts anchor age +/- offset only with evidence_complete and
+    same_anchor_event."""
+    question = "How many weeks ago did I start pottery?"
+    routes = r.Routes(relative_age=True, age_chain=True)
+    assert answer(Stub(chain_reply(False)), question, pottery(), routes=routes, asked="2023/06/10").answer \
+        == "8 weeks ago"  # the prompt asks for neither field: nothing to check
+    checked = dataclasses.replace(routes, age_chain_checks=True)
+    row = answer(Stub(chain_reply(False)), question, pottery(), routes=checked, asked="2023/06/10")
+    assert row.answer != "8 weeks ago" and row.steps["temporal"]["chain"]["value"] is None
+    assert answer(Stub(chain_reply(True)), question, pottery(), routes=checked, asked="2023/06/10").answer \
+        == "8 weeks ago"
+
+
+def test_each_route_call_can_have_the_authors_budget():
+    question = "How many weeks ago did I start pottery?"
+    routes = r.Routes(relative_age=True, age_chain=True, temporal_answer_call=True)
+    for on in (False, True):
+        client = BudgetStub(chain_reply(True))
+        answer(client, question, pottery(), routes=dataclasses.replace(routes, call_budgets=on), asked="2023/06/10")
+        assert ("code_rules.answer_age_chain_user", 1600 if on else None) in client.budgets
+        assert ("code_rules.answer_temporal_user", None) in client.budgets  # the ledger keeps its role's 1800
+    client = BudgetStub()
+    answer(client, "How many concerts did I go to after I moved?", retrieval(
+        block("m::s1::episode_001", "2023/05/01", ("user", "I moved to Denver today!"))),
+        routes=r.Routes(count=True, count_reference_event=True, call_budgets=True))
+    assert ("code_rules.answer_count_reference_user", 900) in client.budgets

@@ -428,6 +428,10 @@ class RoutesConfig:
     # answer: the date_window_dates and user_overlap guards act on the answer step's buffer (the harness's);
     # retrieval: per hop in 06, before its bridge, as the authors' (top N overall, "< 32" per hop)
     guard_stage: Literal["answer", "retrieval"] = "answer"
+    age_chain_checks: bool = False  # the chain's anchor path also needs same_anchor_event and evidence_complete
+    # Each route call its own max_tokens as theirs (count retry 2200, reference 900, ledger answer 1200, citation
+    # repair 1000, age chain 1600); false: the role's budget for every call of the role.
+    call_budgets: bool = False
 
 
 @dataclass(frozen=True)

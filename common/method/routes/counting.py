@@ -25,7 +25,7 @@ from common.method.routes.evidence import (
     singular,
     stems,
 )
-from common.method.routes.switches import Routes
+from common.method.routes.switches import Routes, budget
 from common.method.routes.wording import FIRST_PERSON_RE
 
 COUNT_IDS = ("code_rules.answer_count_system", "code_rules.answer_count_user")
@@ -125,17 +125,19 @@ def reference_wanted(question: Question, since: bool = True) -> bool:
 
 
 def reference_event(client: LLMClient, question: Question, blocks: list[Block], add: Add,
-                    trace: dict[str, Any]) -> Optional[tuple[str, date]]:
+                    trace: dict[str, Any], routes: Optional[Routes] = None) -> Optional[tuple[str, date]]:
     """Before/after counting: one call names the reference event in the first 20 episodes; Python keeps
     it only when its quote is the user's, verbatim, and dates it. (before|after, the date) or None."""
+    routes = routes or Routes()
     m = REFERENCE_RE.search(question.question)
     if not m or not reference_wanted(question):
         return None
     shown = blocks[:20]
     trace["calls"] += 1
     try:
-        reply = ask_json(client, "answer_count", REFERENCE_IDS, add, question_date_line=date_line(question),
-                      question=question.question, episodes="\n\n".join(b.text for b in shown))
+        reply = ask_json(client, "answer_count", REFERENCE_IDS, add, max_tokens=budget(routes, "count_reference"),
+                         question_date_line=date_line(question), question=question.question,
+                         episodes="\n\n".join(b.text for b in shown))
     except ValueError as exc:
         trace["errors"].append(f"reference: {exc}")
         return None
@@ -155,7 +157,7 @@ def reference_event(client: LLMClient, question: Question, blocks: list[Block], 
 
 
 def reference_shown(client: LLMClient, question: Question, blocks: list[Block], add: Add,
-                    trace: dict[str, Any]) -> str:
+                    trace: dict[str, Any], routes: Routes) -> str:
     """``count_reference: shown`` (the authors'): for a before/after count (not "since"), one call names
     the reference event in the first 20 episodes, and its reply is SHOWN to the scan and consolidation
     calls, which decide the side of each item; no Python filter. The lines to show ('' for none)."""
@@ -163,8 +165,9 @@ def reference_shown(client: LLMClient, question: Question, blocks: list[Block], 
         return ""
     trace["calls"] += 1
     try:
-        reply = ask_json(client, "answer_count", REFERENCE_IDS, add, question_date_line=date_line(question),
-                         question=question.question, episodes="\n\n".join(b.text for b in blocks[:20]))
+        reply = ask_json(client, "answer_count", REFERENCE_IDS, add, max_tokens=budget(routes, "count_reference"),
+                         question_date_line=date_line(question), question=question.question,
+                         episodes="\n\n".join(b.text for b in blocks[:20]))
     except ValueError as exc:
         trace["errors"].append(f"reference: {exc}")
         return ""
@@ -222,12 +225,12 @@ def count_ledger(client: LLMClient, question: Question, plan: Plan, blocks: list
     asked = parse_date(question.question_date)
     window = question_window(question.question, asked)
     shown = routes.count_reference_event and routes.count_reference == "shown"
-    reference = reference_event(client, question, blocks, add, trace) \
+    reference = reference_event(client, question, blocks, add, trace, routes) \
         if routes.count_reference_event and not shown else None
     if reference is not None:  # the reference event bounds the window on its side
         side, ref = reference
         window = (date.min, ref - timedelta(days=1)) if side == "before" else (ref + timedelta(days=1), date.max)
-    context = scan_context(question, plan, window, reference_shown(client, question, blocks, add, trace)
+    context = scan_context(question, plan, window, reference_shown(client, question, blocks, add, trace, routes)
                            if shown else "", routes)
     item_fields = ((', "event_date": "YYYY-MM-DD or empty"' if routes.count_item_dates else "")
                    + (', "state": "active, inactive or uncertain"' if routes.count_inactive else ""))
@@ -237,7 +240,9 @@ def count_ledger(client: LLMClient, question: Question, plan: Plan, blocks: list
     def scan(group: list[Block], tag: str) -> None:
         trace["calls"] += 1
         try:
-            reply = ask_json(client, "answer_count", COUNT_IDS, add, question_date_line=date_line(question),
+            retry = budget(routes, "count_retry") if tag.startswith("r") else None  # theirs: 2200 for a retry
+            reply = ask_json(client, "answer_count", COUNT_IDS, add, max_tokens=retry,
+                             question_date_line=date_line(question),
                              question=question.question, scan_context=context, item_rules=item_rules,
                              item_fields=item_fields, episodes="\n\n".join(b.text for b in group))
         except ValueError as exc:

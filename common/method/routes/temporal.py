@@ -24,7 +24,7 @@ from common.method.routes.evidence import (
     singular,
     stems,
 )
-from common.method.routes.switches import Routes
+from common.method.routes.switches import Routes, budget
 from common.method.routes.wording import AGO_RE, ELAPSED_RE
 
 LEDGER_ANSWER_IDS = ("code_rules.answer_temporal_answer_system", "code_rules.answer_temporal_answer_user")
@@ -123,12 +123,12 @@ def temporal_ledger(client: LLMClient, question: Question, plan: Plan, blocks: l
         trace["outcome"] = "answered"
         return duration_text(start, asked), trace, note
     if route == "relative_age" and routes.age_chain and asked is not None:
-        chained = age_chain(client, question, blocks, unit, add, trace)
+        chained = age_chain(client, question, blocks, unit, add, trace, routes)
         if chained is not None:
             trace["outcome"] = "answered by the relative-age chain"
             return chained, trace, note
     if routes.temporal_answer_call:
-        answer = ledger_answer(client, question, blocks, facts, note, add, trace)
+        answer = ledger_answer(client, question, blocks, facts, note, add, trace, routes)
         trace["outcome"] = "ledger answer" if answer != INSUFFICIENT else "ledger answer: evidence gate"
         return answer, trace, note
     trace["outcome"] = "fallback: no unique dated event"
@@ -159,7 +159,7 @@ def evidence_gate(question: str, quotes: list[dict[str, Any]], by_id: dict[str, 
 
 
 def ledger_answer(client: LLMClient, question: Question, blocks: list[Block], facts: list[dict[str, Any]],
-                  note: str, add: Add, trace: dict[str, Any]) -> str:
+                  note: str, add: Add, trace: dict[str, Any], routes: Optional[Routes] = None) -> str:
     """The authors' ledger-answer call over the checked facts, its evidence gate, and one
     citation-repair call when the ledger has facts but the answer abstained or failed the gate."""
     by_id = {b.episode_id: b for b in blocks}
@@ -171,8 +171,9 @@ def ledger_answer(client: LLMClient, question: Question, blocks: list[Block], fa
         trace["calls"] += 1
         try:
             extra: dict[str, Any] = {"draft": draft or "(no answer)"} if ids == REPAIR_IDS else {}
-            reply = ask_json(client, "answer_temporal", ids, add, question_date_line=date_line(question),
-                             question=question.question, ledger=ledger, episodes=episodes, **extra)
+            reply = ask_json(client, "answer_temporal", ids, add, max_tokens=budget(routes or Routes(), tag),
+                             question_date_line=date_line(question), question=question.question, ledger=ledger,
+                             episodes=episodes, **extra)
         except ValueError as exc:
             trace["errors"].append(f"{tag}: {exc}")
             return None
@@ -203,17 +204,26 @@ def _age(raw: Any, unit: str, by_id: dict[str, Block]) -> Optional[float]:
     return value if grounded(quote, by_id[eid], user_only=True)[0] else None
 
 
+CHAIN_RULE = (" Say whether the anchor age and the offset are about the very same anchor event (same_anchor_event), "
+              "and whether the chain is complete (evidence_complete); set either to false rather than guess.")
+CHAIN_FIELDS = ', "same_anchor_event": true, "evidence_complete": true'
+
+
 def age_chain(client: LLMClient, question: Question, blocks: list[Block], unit: str, add: Add,
-              trace: dict[str, Any]) -> Optional[str]:
+              trace: dict[str, Any], routes: Optional[Routes] = None) -> Optional[str]:
     """The authors' relative-age chain: one call cites the target's own age ("N <unit> ago") or an
     anchor's age and the target's offset from that anchor; Python accepts the direct age, or anchor
-    age + offset (before) / - offset (after) when both are cited, in the asked unit."""
+    age + offset (before) / - offset (after) when both are cited, in the asked unit. ``age_chain_checks``
+    (theirs): the anchor path also needs the reply's same_anchor_event and evidence_complete."""
+    routes = routes or Routes()
     by_id = {b.episode_id: b for b in blocks}
     trace["calls"] += 1
+    checks = routes.age_chain_checks
     try:
-        reply = ask_json(client, "answer_temporal", CHAIN_IDS, add, question_date_line=date_line(question),
-                      question=question.question, unit=unit,
-                      episodes="\n\n".join(user_turns_text(b) for b in blocks if any(t.user for t in b.turns)))
+        reply = ask_json(client, "answer_temporal", CHAIN_IDS, add, system={"chain_rule": CHAIN_RULE if checks else ""},
+                         max_tokens=budget(routes, "age_chain"), question_date_line=date_line(question),
+                         question=question.question, unit=unit, chain_fields=CHAIN_FIELDS if checks else "",
+                         episodes="\n\n".join(user_turns_text(b) for b in blocks if any(t.user for t in b.turns)))
     except ValueError as exc:
         trace["errors"].append(f"chain: {exc}")
         return None
@@ -223,7 +233,8 @@ def age_chain(client: LLMClient, question: Question, blocks: list[Block], unit: 
         anchor, offset = _age(reply.get("anchor_age"), unit, by_id), _age(reply.get("offset"), unit, by_id)
         side = str((reply.get("offset") or {}).get("direction") or "").lower() if isinstance(
             reply.get("offset"), dict) else ""
-        if anchor is not None and offset is not None and side in ("before", "after"):
+        sure = not checks or (reply.get("same_anchor_event") is True and reply.get("evidence_complete") is True)
+        if anchor is not None and offset is not None and side in ("before", "after") and sure:
             value = anchor + offset if side == "before" else anchor - offset
     trace["chain"] = {"value": value, "direct": direct is not None}
     if value is None or value < 0:
