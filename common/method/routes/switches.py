@@ -45,6 +45,9 @@ class Routes:
     age_chain_checks: bool = False
     call_budgets: bool = False
 
+    def any_call(self) -> bool:
+        return self.relative_age or self.temporal or self.count or self.order
+
 
 # answer.routes.call_budgets: the authors' max_tokens of the route calls that share a role here (their
 # count retry 2200 and reference call 900, ledger answer 1200, citation repair 1000, age chain 1600).
@@ -55,6 +58,3 @@ CALL_BUDGETS = {"count_retry": 2200, "count_reference": 900, "ledger_answer": 12
 def budget(routes: Routes, call: str) -> Optional[int]:
     """A route call's own max_tokens under ``call_budgets`` (None: its role's)."""
     return CALL_BUDGETS[call] if routes.call_budgets else None
-
-    def any_call(self) -> bool:
-        return self.relative_age or self.temporal or self.count or self.order
