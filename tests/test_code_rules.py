@@ -540,9 +540,10 @@ def test_make_code_config_end_to_end_resumes_free_with_the_new_roles_in_the_ledg
         assert roles[("07_answer", "answer_count")]["paid"] == counts["answer_count"] + counts["answer_count_merge"] > 0
         assert roles[("07_answer", "answer_temporal")]["paid"] == counts["answer_temporal"] > 0
         assert all(a["prompt_id"] == "code_rules.answer_draft_user" and "verify" in a["steps"] for a in rest)
-        # answer.draft_prompt: longmemeval: every draft's system message is the authors' LongMemEval one.
+        # answer.draft_prompt: longmemeval with answer.draft_rules: every draft's system message is the
+        # LongMemEval one carrying the authors' answer rules.
         drafts = fake_server.requests_of_kind("answer_draft")
-        assert drafts and all(d["messages"][0]["content"] == prompts.load("code_rules.answer_draft_system")
+        assert drafts and all(d["messages"][0]["content"] == prompts.load("code_rules.answer_draft_rules_system")
                               for d in drafts)
     # No request carries an official LongMemEval session id (answer_<id> marks an evidence session).
     official = {sid for it in json.loads(LME_TINY.read_text()) for sid in it["haystack_session_ids"]}
