@@ -715,7 +715,6 @@ def test_each_switch_is_on_in_the_code_configuration_off_elsewhere_with_a_row_an
         assert row and any(r in panels["lme_code_versions"] + panels["planning_fidelity"] for r in row), key
         name = key.rsplit(".", 1)[1]
         assert name in design and name in published, name
-    assert rows["judge_lme_authors"]["judge.prompt"] == "authors" and "judge_lme_authors" in panels["lme_code_versions"]
     assert code.judge.prompt == "official"  # the default stays the official checker's
     # The docs no longer overstate (shared/spec/fidelity_audit.md, "Docs that still overstate fidelity").
     assert "in the same way" not in design.split("`count_reference_event`", 1)[1].split("\n", 1)[0]
