@@ -444,8 +444,9 @@ class Retriever:
                     continue
                 hits, coverage[hop.hop_id] = self.hop_hits(question.question, anchor, plan.retrieval_scope)
                 if self.guards is not None:  # before the bridge, which then reads them too (the authors')
-                    more, guarded[hop.hop_id] = self.guards.added(question, plan, [h.pos for h in hits])
+                    more, log = self.guards.added(question, plan, [h.pos for h in hits])
                     hits = hits + [Hit(p, 0.0, "guard") for p in more]
+                    guarded.update({hop.hop_id: log} if log else {})  # a guard that did not fire: no entry
                 if hop.bridge_request and resolve is not None:
                     bridge, hop_calls, spent = self._resolve_bridge(resolve, question.question, hop, anchor, hits)
                     values[hop.hop_id] = bridge.value
