@@ -434,11 +434,15 @@ def test_code_configs_switch_everything_on_over_the_paper_config(config, paper):
         ("code_rules", "code", True, lme, lme)
     assert code.run.name == "code_rules" and code.benchmark == base.benchmark
     # Retrieval differs only by the authors' entity gate, field scores, blocked hops (and their
-    # blocking rule), the generic sets of their lexical guard (and, in their LongMemEval retrieval
-    # only, the broad state lookup).
+    # blocking rule), the generic sets, stop words and phrase-bonus text of their lexical guard, their
+    # bridge request without the question (and, in their LongMemEval retrieval only, the broad state
+    # lookup).
+    assert (code.retrieve.lexical_stopwords, code.retrieve.lexical_phrase_text, code.retrieve.bridge_question) == \
+        ("code", "speaker", False)
     assert dataclasses.replace(code.retrieve, entity_match="fuzzy", field_scores="harness",
                                block_empty_bridge=False, block_rule="empty_bridge",
-                               lexical_aliases=False, broad_state_lookup=False) == base.retrieve
+                               lexical_aliases=False, broad_state_lookup=False, lexical_stopwords="harness",
+                               lexical_phrase_text="counted", bridge_question=True) == base.retrieve
     assert code.retrieve.broad_state_lookup == lme
     assert code.judge == base.judge and code.models == base.models
 
@@ -536,9 +540,10 @@ def test_make_code_config_end_to_end_resumes_free_with_the_new_roles_in_the_ledg
         assert roles[("07_answer", "answer_count")]["paid"] == counts["answer_count"] + counts["answer_count_merge"] > 0
         assert roles[("07_answer", "answer_temporal")]["paid"] == counts["answer_temporal"] > 0
         assert all(a["prompt_id"] == "code_rules.answer_draft_user" and "verify" in a["steps"] for a in rest)
-        # answer.draft_prompt: longmemeval: every draft's system message is the authors' LongMemEval one.
+        # answer.draft_prompt: longmemeval with answer.draft_rules: every draft's system message is the
+        # LongMemEval one carrying the authors' answer rules.
         drafts = fake_server.requests_of_kind("answer_draft")
-        assert drafts and all(d["messages"][0]["content"] == prompts.load("code_rules.answer_draft_system")
+        assert drafts and all(d["messages"][0]["content"] == prompts.load("code_rules.answer_draft_rules_system")
                               for d in drafts)
     # No request carries an official LongMemEval session id (answer_<id> marks an evidence session).
     official = {sid for it in json.loads(LME_TINY.read_text()) for sid in it["haystack_session_ids"]}

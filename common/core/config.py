@@ -181,6 +181,9 @@ class ExtractConfig:
     # LoCoMo-specific and not reproduced.)
     speaker_event_projection: bool = False
     object_creator_projection: bool = False
+    # harness: the speaker-event projection needs the entity and the verb in one sentence; code: the authors'
+    # rule (the entity anywhere in the turn, attend(ing)/participate(ing) too, the speaker's own entity too).
+    speaker_event_rule: Literal["harness", "code"] = "harness"
 
 
 @dataclass(frozen=True)
@@ -341,6 +344,15 @@ class RetrieveConfig:
     # false: the placeholder is dropped and those hops rely on their other fields.
     bridges: bool = True
     bridge_context_k: int = 24  # selected episodes shown to the bridge call, in hop rank order
+    # The lexical guard's and the question-term ranking's stop words: harness (common.core.text) or code (the
+    # authors' query stop words, which keep after/before/one/still and drop common/please/really/tell).
+    lexical_stopwords: Literal["harness", "code"] = "harness"
+    # The guard's phrase bonus counts in the text its hits were counted on (counted), or in the entity's own
+    # lines whenever it has some (speaker, the authors' evidence text).
+    lexical_phrase_text: Literal["counted", "speaker"] = "counted"
+    # The bridge call is shown the question for context (the harness's); false: the request, the anchor and
+    # the episodes only (the authors' bridge prompt).
+    bridge_question: bool = True
 
 
 class ImportPath(str):
@@ -401,6 +413,25 @@ class RoutesConfig:
     order_bare_last: bool = False  # a bare "last" ("my last trip") asks for the latest
     order_previous_earliest: bool = False  # previous/before wording picks the earliest state (the authors')
     tenure_duration: bool = False  # "how long ... current role/job/position": a duration, temporal ledger
+    # The counting ledger as the authors' (their consolidation and _normalize_audit); each off here:
+    count_sessions: bool = False  # consolidation sees each item's session; repeats within one session are one
+    count_item_dates: bool = False  # items carry their own event_date and are scoped by it, not by their episode's
+    count_scan_context: bool = False  # scan and consolidation are shown the question's window and the plan
+    # filter: the reference event's date is a Python window (before/after/since); shown: the reference call's
+    # reply is shown to the scan and consolidation, which decide (before/after only; the authors').
+    count_reference: Literal["filter", "shown"] = "filter"
+    count_merge_tokens: Optional[int] = None  # the consolidation's budget (None: answer_count's; the authors' 4200)
+    # turns: a cumulative total from any in-window user turn; items: from the ledger's grounded items, not for
+    # "how many times" (the authors' explicit totals)
+    count_cumulative_from: Literal["turns", "items"] = "turns"
+    count_inactive: bool = False  # items given away, sold, ... do not count for current-inventory wording
+    # answer: the date_window_dates and user_overlap guards act on the answer step's buffer (the harness's);
+    # retrieval: per hop in 06, before its bridge, as the authors' (top N overall, "< 32" per hop)
+    guard_stage: Literal["answer", "retrieval"] = "answer"
+    age_chain_checks: bool = False  # the chain's anchor path also needs same_anchor_event and evidence_complete
+    # Each route call its own max_tokens as theirs (count retry 2200, reference 900, ledger answer 1200, citation
+    # repair 1000, age chain 1600); false: the role's budget for every call of the role.
+    call_budgets: bool = False
 
 
 @dataclass(frozen=True)
@@ -432,9 +463,23 @@ class AnswerConfig:
     # The draft's system prompt: answer_system (the prompt set's, LoCoMo's safeguards under
     # code_rules) or longmemeval (the authors' LongMemEval draft prompt, code_rules.answer_draft_system).
     draft_prompt: Literal["answer_system", "longmemeval"] = "answer_system"
+    # With draft_prompt: longmemeval, the draft's system prompt carries the rules of the authors'
+    # FINAL_ANSWER_SYSTEM (order, elapsed time, first/latest, the state at the question date, counts,
+    # recommendations): code_rules.answer_draft_rules_system instead of the fourth pass's shorter prompt.
+    draft_rules: bool = False
     # Rerank and verify keep every candidate for the plans the authors keep whole: point lookups
     # about the user, latest/previous-state wording and temporal point plans (plan and wording only).
     keep_whole_point: bool = False
+    # The authors' rerank pads an ordering, first/latest, previous-state or elapsed-time question's
+    # selection to its limit (20), not to 2 (chosen here by the wording).
+    rerank_pad_operators: bool = False
+    # The answer routes' checked lines go to the JSON draft's and verify's user messages as an evidence
+    # audit beside the plan (the authors'), instead of before the episodes.
+    draft_audit: bool = False
+    # verify: the authors' checks (date arithmetic, order, previous/current, counting, avoidances) as rewrite
+    # conditions; verify_short: false drops the harness's "shortest sufficient answer" rewrite (theirs has none).
+    verify_checklist: bool = False
+    verify_short: bool = True
     routes: RoutesConfig = field(default_factory=lambda: RoutesConfig())
     # The answer is the reply with its surrounding whitespace stripped. false (configs/beam.yaml):
     # the raw reply, as BEAM's official runner stores and scores it (an event-ordering answer's
@@ -787,6 +832,8 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"answer.routes.{key}: must be >= 1")
     if cfg.answer.routes.user_overlap_below < 0:
         raise ConfigError("answer.routes.user_overlap_below: must be >= 0")
+    if cfg.answer.routes.count_merge_tokens is not None and cfg.answer.routes.count_merge_tokens < 1:
+        raise ConfigError("answer.routes.count_merge_tokens: must be >= 1 (or null: the answer_count role's)")
     for role in ROLES:
         cfg.role(role)
     cfg.llm.batch_roles(ROLES)

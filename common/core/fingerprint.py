@@ -42,10 +42,13 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "plan": {"validation": "schema", "audit": False, "repair": "harness", "fallback": "harness"},
     "answer": {"rerank": False, "rerank_max": 20, "verify": False, "rerank_keep_all": True, "draft": "plain",
                "verify_personal": True, "draft_prompt": "answer_system",
-               "keep_whole_point": False, "routes": dataclasses.asdict(RoutesConfig()), "strip": True},
-    "extract": {"speaker_event_projection": False, "object_creator_projection": False},
+               "keep_whole_point": False, "routes": dataclasses.asdict(RoutesConfig()), "strip": True,
+               "rerank_pad_operators": False, "draft_rules": False, "draft_audit": False, "verify_checklist": False,
+               "verify_short": True},
+    "extract": {"speaker_event_projection": False, "object_creator_projection": False, "speaker_event_rule": "harness"},
     "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False,
-                 "broad_state_lookup": False, "block_rule": "empty_bridge", "lexical_aliases": False},
+                 "broad_state_lookup": False, "block_rule": "empty_bridge", "lexical_aliases": False,
+                 "lexical_stopwords": "harness", "lexical_phrase_text": "counted", "bridge_question": True},
 }
 # The roles of those switches, fingerprinted only when their switch is on.
 SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "rerank"),
@@ -57,6 +60,7 @@ SWITCHED_ROLES = {"plan_audit": ("plan", "audit"), "answer_rerank": ("answer", "
 SWITCH_OFF = {("answer", "draft"): "plain"}
 
 
+AUTHORS_PREFIX = "judge_lme_authors_"  # judge.prompt: authors (the authors' LongMemEval judge)
 EXCLUDED_FIELDS = {"base_url", "timeout", "cache_path", "batch_size", "device"}
 FILE = "fingerprint.json"
 
@@ -148,7 +152,9 @@ def _method_section(cfg: Config, section: str) -> dict[str, Any]:
 def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
     beam = str(cfg.benchmark) == "beam"
     prompts = {k: v for k, v in _prompt_hashes(judge=True).items()
-               if k == cfg.judge.prompt or (cfg.judge.prompt == "official" and k.startswith("judge_lme_"))
+               if k == cfg.judge.prompt
+               or (cfg.judge.prompt == "official" and k.startswith("judge_lme_") and not k.startswith(AUTHORS_PREFIX))
+               or (cfg.judge.prompt == "authors" and k.startswith(AUTHORS_PREFIX))
                or (beam and k.startswith("judge_beam_"))}
     out: dict[str, Any] = {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
            "judge_prompts": prompts, "scoring_policy": policy}

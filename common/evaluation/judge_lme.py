@@ -9,6 +9,13 @@ follows ``question_type``, except that any question whose id contains ``_abs`` g
 template whatever its type. The official label is the substring test ``'yes' in reply.lower()``;
 a strict label (the reply is exactly "yes" or "no") is derived from ``JudgeRow.raw`` at
 aggregation time and reported beside it.
+
+``judge.prompt: authors`` is the authors' LongMemEval judge (``memora_evaluation.judge_prediction``,
+RamonMeng/EnSIMem @8b819a5f) as a labelled option beside the official checker: their criteria per
+type, in this harness's words (``judge_lme_authors_*``; their own wording paraphrases the official
+templates), the abstention template for a question id ENDING in ``_abs``, max_tokens 64, and the
+label from the LAST standalone yes/no of the reply (none: incorrect). Their seed 0 and disabled
+thinking for a local vLLM judge are not reproduced. The default stays the official checker.
 """
 from __future__ import annotations
 
@@ -33,6 +40,14 @@ QUESTION_TYPES = tuple(TEMPLATE_BY_TYPE)
 PROMPT_IDS = ("judge_lme_default", "judge_lme_temporal", "judge_lme_knowledge_update",
               "judge_lme_preference", ABSTENTION)
 MAX_TOKENS = 10
+AUTHORS = "authors"  # judge.prompt of the authors' judge
+AUTHORS_MAX_TOKENS = 64
+AUTHORS_BY_TYPE = {"temporal-reasoning": "judge_lme_authors_temporal",
+                   "knowledge-update": "judge_lme_authors_knowledge_update",
+                   "single-session-preference": "judge_lme_authors_preference"}
+AUTHORS_IDS = ("judge_lme_authors_default", "judge_lme_authors_temporal", "judge_lme_authors_knowledge_update",
+               "judge_lme_authors_preference", "judge_lme_authors_abstention")
+_YES_NO = re.compile(r"\b(yes|no)\b")
 
 _SLOTS = ("question", "answer", "response")
 _SLOT_RE = re.compile(r"\{(question|answer|response)\}")
@@ -51,6 +66,26 @@ def template_id(question_type: str, question_id: str) -> str:
     if question_type not in TEMPLATE_BY_TYPE:
         raise ValueError(f"unknown LongMemEval question_type {question_type!r}")
     return TEMPLATE_BY_TYPE[question_type]
+
+
+def authors_template_id(question_type: str, question_id: str) -> str:
+    """The authors' judge template: abstention for an id ending in ``_abs``, else by type (any other
+    type, an unknown one included, gets their default template)."""
+    if question_id.endswith("_abs"):
+        return "judge_lme_authors_abstention"
+    return AUTHORS_BY_TYPE.get(question_type, "judge_lme_authors_default")
+
+
+def judge_template(prompt: str, question_type: str, question_id: str) -> str:
+    """The template of one item under ``judge.prompt`` (``authors`` or the official checker)."""
+    return authors_template_id(question_type, question_id) if prompt == AUTHORS else template_id(question_type,
+                                                                                                 question_id)
+
+
+def authors_label(reply: Optional[str]) -> int:
+    """The authors' rule: the reply's last standalone yes or no decides; neither is incorrect."""
+    decisions = _YES_NO.findall((reply or "").lower())
+    return 1 if decisions and decisions[-1] == "yes" else 0
 
 
 def fill_template(prompt_id: str, question: str, answer: str, response: str) -> str:
@@ -96,3 +131,11 @@ def judge_answer_lme(client: LLMClient, name: str, answer: AnswerRow, gold: Gold
     return run_judge(client, name, prompt_id, answer,
                      lambda: judge_messages(prompt_id, answer.question, gold.answer, answer.answer or ""),
                      official_label, repeat=repeat, json_mode=False, max_tokens=MAX_TOKENS)
+
+
+def judge_answer_authors(client: LLMClient, name: str, answer: AnswerRow, gold: Gold, repeat: int = 0) -> JudgeRow:
+    """``judge.prompt: authors``: one answer judged as the authors' judge does (see the module docstring)."""
+    prompt_id = authors_template_id(gold.question_type, gold.qid)
+    return run_judge(client, name, prompt_id, answer,
+                     lambda: judge_messages(prompt_id, answer.question, gold.answer, answer.answer or ""),
+                     authors_label, repeat=repeat, json_mode=False, max_tokens=AUTHORS_MAX_TOKENS)

@@ -18,7 +18,7 @@ from common.core import sources
 from common.core.io import read_jsonl
 from common.core.schema import Gold, Session, from_dict
 from common.core.tabular import describe, format_accuracy, write_table
-from common.evaluation.judge_lme import judge_answer_lme, strict_label
+from common.evaluation.judge_lme import AUTHORS, judge_answer_authors, judge_answer_lme, strict_label
 from common.evaluation.loss import decompose as loss_decomposition
 from common.evaluation.metrics import (
     buffer_contribution_stats,
@@ -31,7 +31,10 @@ from common.evaluation.scoring import failure_cause, judge_block, method_label, 
 
 
 def judge(client: Any, name: str, prompt_id: str, answer: Any, gold: Gold, repeat: int = 0) -> Any:
-    """The official LongMemEval checker (``common.evaluation.judge_lme``); its template is chosen per item."""
+    """The official LongMemEval checker (``common.evaluation.judge_lme``), its template chosen per item;
+    ``judge.prompt: authors``: the authors' judge instead."""
+    if prompt_id == AUTHORS:
+        return judge_answer_authors(client, name, answer, gold, repeat=repeat)
     return judge_answer_lme(client, name, answer, gold, repeat=repeat)
 
 

@@ -30,12 +30,15 @@ from common.core.schema import AnswerRow, Plan, Question, RetrievalRow
 from common.core.tokens import count_tokens
 from common.method.plan import compact_plan
 from common.method.routes import FIRST_PERSON_RE, Routes, operator_of, run_routes
+from common.method.routes.wording import ELAPSED_RE, TENURE_RE
 
 PROMPT_IDS = ("answer_system", "answer_user")
 RERANK_PROMPT_IDS = ("code_rules.answer_rerank_system", "code_rules.answer_rerank_user")
 VERIFY_PROMPT_IDS = ("code_rules.answer_verify_system", "code_rules.answer_verify_user")
 DRAFT_PROMPT_ID = "code_rules.answer_draft_user"
 LME_DRAFT_SYSTEM_ID = "code_rules.answer_draft_system"
+# answer.draft_rules: the rules of the authors' FINAL_ANSWER_SYSTEM (own words), with draft_prompt: longmemeval.
+LME_RULES_SYSTEM_ID = "code_rules.answer_draft_rules_system"
 # Answer targets whose every instance counts: the authors select ALL candidates for their aggregate,
 # elapsed-time and event-time operators; here read from the plan, never from a benchmark label.
 KEEP_ALL_TARGETS = frozenset({"count", "list", "time"})
@@ -51,6 +54,13 @@ PERSONAL_FORM = ("if it drops what the episodes say about this user's own prefer
 # Fewest episodes a rerank keeps for a point plan (the authors pad to 2 outside their aggregate
 # operators); an all_matching plan is padded up to the limit, as they do not minimize aggregates.
 RERANK_MIN_POINT = 2
+# answer.verify_checklist: the checks of the authors' ANSWER_VERIFY_SYSTEM, as rewrite conditions.
+VERIFY_CHECKS = ("if its date arithmetic is wrong", "if it puts events in the wrong order",
+                 "if it gives an earlier state where the current one is asked for, or the reverse",
+                 "if it counts instances the question's exact wording does not cover, or misses some",
+                 "if it puts forward something the user said they avoid")
+# answer.draft_audit: the answer routes' checked lines, shown beside the plan as the authors' audit.
+AUDIT_HEADER = "\n\nEvidence audit (lines checked against the episodes; an aid, not facts of their own):\n"
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,11 @@ class AnswerSteps:
     draft_prompt: str = "answer_system"
     keep_whole_point: bool = False
     strip: bool = True  # answer.strip: false keeps the reply's surrounding whitespace (BEAM)
+    rerank_pad_operators: bool = False
+    draft_rules: bool = False
+    draft_audit: bool = False
+    verify_checklist: bool = False
+    verify_short: bool = True
 
 
 @dataclass
@@ -209,10 +224,12 @@ def rerank_messages(question: Question, plan: Plan, retrieval: RetrievalRow, blo
     return [{"role": "system", "content": prompts.load(RERANK_PROMPT_IDS[0])}, {"role": "user", "content": user}]
 
 
-def rerank_selection(reply: dict[str, Any], ranked: list[str], limit: int, scope: str) -> tuple[list[str], int]:
+def rerank_selection(reply: dict[str, Any], ranked: list[str], limit: int, scope: str,
+                     pad_to_limit: bool = False) -> tuple[list[str], int]:
     """The authors' selection: ids of the evidence slots, then the listed ids, only candidates,
-    at most ``limit``; padded from the ranked order (to ``limit`` for an all_matching plan, else to
-    ``RERANK_MIN_POINT``). Returns the ids in buffer order and how many were padded."""
+    at most ``limit``; padded from the ranked order (to ``limit`` for an all_matching plan or when
+    ``pad_to_limit``, else to ``RERANK_MIN_POINT``). Returns the ids in buffer order and how many
+    were padded."""
     wanted: list[str] = []
     slots = reply.get("evidence_slots")
     for slot in slots if isinstance(slots, list) else []:
@@ -222,7 +239,7 @@ def rerank_selection(reply: dict[str, Any], ranked: list[str], limit: int, scope
     wanted += [str(i) for i in listed] if isinstance(listed, list) else []
     known = set(ranked)
     chosen = list(dict.fromkeys(i for i in wanted if i in known))[:limit]
-    floor = min(len(ranked), limit if scope == "all_matching" else RERANK_MIN_POINT)
+    floor = min(len(ranked), limit if scope == "all_matching" or pad_to_limit else RERANK_MIN_POINT)
     padded = 0
     for eid in ranked:
         if len(chosen) >= floor:
@@ -259,27 +276,42 @@ def kept_whole(question: str, plan: Plan) -> str:
     return ""
 
 
+def ordering_wording(question: str) -> bool:
+    """A question about an order, the first or latest, a previous state or the time between events
+    (wording only): the authors pad such a rerank to its limit (``answer.rerank_pad_operators``)."""
+    return bool(operator_of(question) or ELAPSED_RE.search(question) or TENURE_RE.search(question))
+
+
 def personal_request(question: str) -> bool:
     """The question asks for a suggestion fitted to the user (recommend, suggest, tips, ideas, ...)."""
     return bool(PERSONAL_REQUEST.search(question))
 
 
-def verify_messages(question: Question, episodes: str, draft: str, personal: bool = False) -> list[dict[str, str]]:
+def verify_messages(question: Question, episodes: str, draft: str, personal: bool = False, checklist: bool = False,
+                    short: bool = True, audit: str = "") -> list[dict[str, str]]:
+    """The verify call: the rewrite conditions end with the authors' checks (``checklist``) and the
+    length rule (personal details kept, else the shortest sufficient answer unless ``short`` is off)."""
     user = prompts.fill(VERIFY_PROMPT_IDS[1], question_date_line=_date_line(question), question=question.question,
-                        draft=draft, episodes=episodes or "(no episodes retrieved)")
-    system = prompts.fill(VERIFY_PROMPT_IDS[0], form_rule=PERSONAL_FORM if personal else SHORT_FORM)
+                        draft=draft, audit=audit, episodes=episodes or "(no episodes retrieved)")
+    extra = [*(VERIFY_CHECKS if checklist else ()), *([PERSONAL_FORM] if personal else [SHORT_FORM] if short else [])]
+    tail = "".join(f", {c}" for c in extra[:-1]) + (f", or {extra[-1]}" if extra else "")
+    system = prompts.fill(VERIFY_PROMPT_IDS[0], form_rule=tail)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def draft_messages(question: Question, plan: Plan, retrieval: RetrievalRow, prompt_set: str,
-                   episodes: Optional[str] = None, system: str = "answer_system") -> list[dict[str, str]]:
+                   episodes: Optional[str] = None, system: str = "answer_system",
+                   audit: str = "", rules: bool = False) -> list[dict[str, str]]:
     """The JSON draft (``answer.draft: json``): the answer prompt's system text (``system:
-    longmemeval``: the authors' LongMemEval draft prompt instead), a user message asking for
-    {answer, evidence_episode_ids, reasoning}."""
+    longmemeval``: the LongMemEval draft prompt instead, with ``rules`` the one carrying the authors'
+    answer rules), a user message asking for {answer, evidence_episode_ids, reasoning}; ``audit``: the
+    routes' checked lines after the plan (``answer.draft_audit``)."""
     text = retrieval.buffer_text if episodes is None else episodes
     user = prompts.fill(DRAFT_PROMPT_ID, question_date_line=_date_line(question), question=question.question,
-                        plan=compact_plan(plan, retrieval.bridges), episodes=text or "(no episodes retrieved)")
-    sid = LME_DRAFT_SYSTEM_ID if system == "longmemeval" else prompts.pick("answer_system", prompt_set)
+                        plan=compact_plan(plan, retrieval.bridges), audit=audit,
+                        episodes=text or "(no episodes retrieved)")
+    lme = LME_RULES_SYSTEM_ID if rules else LME_DRAFT_SYSTEM_ID
+    sid = lme if system == "longmemeval" else prompts.pick("answer_system", prompt_set)
     return [{"role": "system", "content": prompts.load(sid)}, {"role": "user", "content": user}]
 
 
@@ -307,19 +339,21 @@ def _rerank(client: LLMClient, question: Question, plan: Plan, retrieval: Retrie
         reply = parse_json_object(c.text)
     except ValueError as exc:
         return None, {"candidates": len(blocks), "error": f"invalid_reply: {exc}"}
-    ids, padded = rerank_selection(reply, [e for e, _ in blocks], limit, plan.retrieval_scope)
+    pad = steps.rerank_pad_operators and ordering_wording(question.question)
+    ids, padded = rerank_selection(reply, [e for e, _ in blocks], limit, plan.retrieval_scope, pad)
     text = "\n\n".join(b for e, b in blocks if e in set(ids))
     # tokens: what the answer model reads instead of the whole buffer (Table 3's context tokens).
     return text, {"candidates": len(blocks), "limit": limit, "selected": ids, "padded": padded,
                   "tokens": count_tokens(text) if text else 0}
 
 
-def _verify(client: LLMClient, question: Question, episodes: str, draft: str,
-            calls: _Calls, personal: bool = False) -> tuple[Optional[str], dict[str, Any]]:
+def _verify(client: LLMClient, question: Question, episodes: str, draft: str, calls: _Calls, personal: bool = False,
+            steps: Optional[AnswerSteps] = None, audit: str = "") -> tuple[Optional[str], dict[str, Any]]:
     """(the verified answer or None to keep the draft, what happened)."""
+    steps = steps or AnswerSteps()
+    messages = verify_messages(question, episodes, draft, personal, steps.verify_checklist, steps.verify_short, audit)
     try:
-        c = client.complete("answer_verify", verify_messages(question, episodes, draft, personal), json_mode=True,
-                            prompt_id=VERIFY_PROMPT_IDS[1])
+        c = client.complete("answer_verify", messages, json_mode=True, prompt_id=VERIFY_PROMPT_IDS[1])
     except LLMCallError as exc:
         return None, {"error": f"{exc.cause}: {exc}"}
     calls.add(c, VERIFY_PROMPT_IDS[1], "answer_verify")
@@ -373,9 +407,13 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
         note = prep.note
     if plan is not None and steps.rerank:
         episodes, row.steps["rerank"] = _rerank(client, question, plan, retrieval, steps, calls)
-    if note:  # a ledger's checked lines, read before the episodes
+    # A ledger's checked lines: an evidence audit beside the plan (answer.draft_audit, the authors'
+    # place for it), else read before the episodes.
+    audit = AUDIT_HEADER + note if note and steps.draft_audit and json_draft else ""
+    if note and not audit:
         episodes = note + "\n\n" + (retrieval.buffer_text if episodes is None else episodes)
-    messages = (draft_messages(question, plan, retrieval, prompt_set, episodes, steps.draft_prompt)
+    messages = (draft_messages(question, plan, retrieval, prompt_set, episodes, steps.draft_prompt, audit,
+                               steps.draft_rules)
                 if json_draft and plan is not None
                 else answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes))
     try:
@@ -398,7 +436,8 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
         row.draft = row.answer
         personal = steps.verify_personal and personal_request(question.question)
         verified, row.steps["verify"] = _verify(
-            client, question, retrieval.buffer_text if episodes is None else episodes, row.answer, calls, personal)
+            client, question, retrieval.buffer_text if episodes is None else episodes, row.answer, calls, personal,
+            steps, audit)
         row.answer = verified or row.answer
     _record(row, calls, multi)
     return row

@@ -48,15 +48,22 @@ def parse_bridge(text: str, context_ids: list[str]) -> tuple[str, list[str]]:
     return " ".join(value.split()), [i for i in dict.fromkeys(ids) if i in shown]
 
 
-def bridge_messages(question: str, hop: Hop, anchor: Anchor, episodes: str) -> list[dict[str, str]]:
-    user = prompts.fill("bridge_user", request=hop.bridge_request,
-                          anchor=json.dumps(to_dict(anchor), ensure_ascii=False),
-                          question=question, episodes=episodes or "(no episodes selected)")
+# retrieve.bridge_question: false: the authors' bridge request shows the request, the hop's anchor and
+# the episodes, not the question (code_rules.bridge_code_user is bridge_user without that line).
+NO_QUESTION_ID = "code_rules.bridge_code_user"
+
+
+def bridge_messages(question: str, hop: Hop, anchor: Anchor, episodes: str,
+                    with_question: bool = True) -> list[dict[str, str]]:
+    slots = {"request": hop.bridge_request, "anchor": json.dumps(to_dict(anchor), ensure_ascii=False),
+             "episodes": episodes or "(no episodes selected)"}
+    user = prompts.fill("bridge_user", question=question, **slots) if with_question else \
+        prompts.fill(NO_QUESTION_ID, **slots)
     return [{"role": "system", "content": prompts.load("bridge_system")}, {"role": "user", "content": user}]
 
 
 def resolve_bridge(client: LLMClient, question: str, hop: Hop, anchor: Anchor, episodes: str,
-                   context_ids: list[str]) -> tuple[Bridge, list[dict[str, Any]]]:
+                   context_ids: list[str], with_question: bool = True) -> tuple[Bridge, list[dict[str, Any]]]:
     """One bridge call (plus at most one repair); never raises for a failed call or bad reply."""
     bridge = Bridge(hop_id=hop.hop_id, request=hop.bridge_request, context_episode_ids=list(context_ids))
     calls: list[dict[str, Any]] = []
@@ -68,17 +75,19 @@ def resolve_bridge(client: LLMClient, question: str, hop: Hop, anchor: Anchor, e
 
     try:
         (bridge.value, bridge.supporting_episode_ids), bridge.repaired = complete_with_repair(
-            client, "bridge", bridge_messages(question, hop, anchor, episodes),
+            client, "bridge", bridge_messages(question, hop, anchor, episodes, with_question),
             lambda text: parse_bridge(text, context_ids), repair,
-            ("bridge_user", "bridge_repair_user"), calls)
+            ("bridge_user" if with_question else NO_QUESTION_ID, "bridge_repair_user"), calls)
     except (ValueError, LLMCallError) as exc:
         bridge.repaired = len(calls) > 1
         bridge.error = fallback_error(exc)
     return bridge, calls
 
 
-def make_resolver(client: Optional[LLMClient], question: str) -> Optional[Resolver]:
-    """The per-question resolver the retriever calls, or None when bridges are off."""
+def make_resolver(client: Optional[LLMClient], question: str, with_question: bool = True) -> Optional[Resolver]:
+    """The per-question resolver the retriever calls, or None when bridges are off; ``with_question``:
+    ``retrieve.bridge_question``."""
     if client is None:
         return None
-    return lambda hop, anchor, episodes, ids: resolve_bridge(client, question, hop, anchor, episodes, ids)
+    return lambda hop, anchor, episodes, ids: resolve_bridge(client, question, hop, anchor, episodes, ids,
+                                                             with_question)

@@ -125,7 +125,7 @@ def _parse(text: str, episode: Episode, granularity: str) -> tuple[list[Record],
 
 def extract_episode(client: LLMClient, view: MemoryView, episode: Episode, granularity: str,
                     include_images: bool = True, prompt_set: str = prompts.PAPER,
-                    projections: tuple[bool, bool] = (False, False)) -> ExtractRow:
+                    projections: tuple[Any, ...] = (False, False)) -> ExtractRow:
     """Extract records of one episode; a failed reply is repaired once, then recorded empty."""
     row = ExtractRow(episode_id=episode.episode_id, memory_id=episode.memory_id,
                      granularity=granularity, records=[])

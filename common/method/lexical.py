@@ -50,6 +50,13 @@ _QUESTION_WORDS = frozenset(
     "what when where who whom whose why how which did does do is are was were would could can should "
     "has have had will shall may might must".split())
 PHRASE_BONUS = 3.0  # guard: added per phrase occurrence in the counted text
+# retrieve.lexical_stopwords: code: the authors' query stop words (QUERY_STOPWORDS of their _common.py),
+# which keep after/before/one/still/... as terms and drop common/please/really/tell/both.
+CODE_STOPWORDS = frozenset(
+    """a an the and or but if then than to of for from in on at by with about as into is are was were be been being
+    do does did have has had can could would should will may might what when where why who which how much many more
+    most any all my your his her their our its this that these those i me we you they them both common really just
+    please tell""".split())
 ANSWER_PHRASE_WEIGHT = 4.0  # rank_episodes_for_answer: phrase occurrences weigh 4x
 MIN_WORD = 3
 MIN_VALUE_WORD = 4
@@ -69,8 +76,8 @@ def question_subject(question: str) -> str:
     return ""
 
 
-def content_words(text: str, min_len: int = MIN_WORD) -> list[str]:
-    return [t for t in _WORD.findall(norm(text)) if len(t) >= min_len and t not in STOPWORDS]
+def content_words(text: str, min_len: int = MIN_WORD, stop: frozenset[str] = STOPWORDS) -> list[str]:
+    return [t for t in _WORD.findall(norm(text)) if len(t) >= min_len and t not in stop]
 
 
 @dataclass(frozen=True)
@@ -144,35 +151,40 @@ def load_term_tables(path: Path = ALIASES_FILE) -> TermTables:
                       word_forms={norm(k): frozenset(_strings(v, f"word_forms.{k}", path)) for k, v in forms.items()})
 
 
-def _term_ok(term: str) -> bool:
-    return len(term) >= MIN_WORD and term not in STOPWORDS
+def _term_ok(term: str, stop: frozenset[str] = STOPWORDS) -> bool:
+    return len(term) >= MIN_WORD and term not in stop
 
 
-def question_terms(question: str, tables: Optional[TermTables] = None) -> list[str]:
+def question_terms(question: str, tables: Optional[TermTables] = None, stop: frozenset[str] = STOPWORDS) -> list[str]:
     """Content words, then the 4-, 3- and 2-grams over the filtered word list; minus the subject.
 
     ``tables``: each word is followed by its aliases (the ones of three letters or more that are
     not stop words), as the authors' term list; the n-grams stay over the question's own words.
     """
-    words = content_words(question)
+    words = content_words(question, stop=stop)
     grams = [" ".join(words[i:i + n]) for n in (4, 3, 2) for i in range(len(words) - n + 1)]
     with_aliases = words if tables is None else [
-        t for w in words for t in (w, *(a for a in tables.aliases.get(w, ()) if _term_ok(a)))]
+        t for w in words for t in (w, *(a for a in tables.aliases.get(w, ()) if _term_ok(a, stop)))]
     subject = question_subject(question)
     return [t for t in dict.fromkeys(with_aliases + grams) if t != subject]
 
 
-def hop_terms(question: str, value: str = "", prop: str = "", tables: Optional[TermTables] = None) -> list[str]:
+def hop_terms(question: str, value: str = "", prop: str = "", tables: Optional[TermTables] = None,
+              stop: frozenset[str] = STOPWORDS) -> list[str]:
     """The guard's terms for one hop: the question's terms plus the anchor value's 4+ letter words.
 
     ``tables``: the term set of the first rule matching the hop's property or value comes first
-    (in place of the value's words), then the question's terms with their aliases.
+    (in place of the value's words), then the question's terms with their aliases. ``stop``:
+    ``CODE_STOPWORDS`` (``retrieve.lexical_stopwords: code``) filters the question's words as the
+    authors' do, and the value's 4+ letter words are then kept unfiltered, as theirs.
     """
+    value_words = ([w for w in _WORD.findall(norm(value)) if len(w) >= MIN_VALUE_WORD] if stop is CODE_STOPWORDS
+                   else content_words(value, MIN_VALUE_WORD))
     if tables is None:
-        return list(dict.fromkeys(question_terms(question) + content_words(value, MIN_VALUE_WORD)))
+        return list(dict.fromkeys(question_terms(question, stop=stop) + value_words))
     chosen = tables.rule_terms(prop, value)
-    first = chosen if chosen is not None else content_words(value, MIN_VALUE_WORD)
-    return list(dict.fromkeys(first + question_terms(question, tables)))
+    first = chosen if chosen is not None else value_words
+    return list(dict.fromkeys(first + question_terms(question, tables, stop)))
 
 
 _ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
@@ -235,13 +247,16 @@ def _grounded(doc: EpisodeText, entity: str, possessor: str, cond_value: str) ->
 def lexical_guard(docs: Sequence[EpisodeText], terms: Sequence[str], entity: str,
                   condition_property: str = "", condition_value: str = "",
                   postings: Optional[dict[str, frozenset[int]]] = None,
-                  forms: Optional[dict[str, frozenset[str]]] = None) -> list[tuple[int, float]]:
+                  forms: Optional[dict[str, frozenset[str]]] = None,
+                  phrase_on: str = "counted") -> list[tuple[int, float]]:
     """(episode position, hits) of every episode with hits > 0, best first (ties in memory order).
 
     ``postings`` (term -> positions of the ``docs`` whose text holds it; df = its size) may be
     kept by the caller across hops of the same memory: it depends on the memory only (and on
     ``forms``, the word forms of ``TermTables``, fixed per retriever). A term counts only in
-    episodes that hold it, so only those are scanned.
+    episodes that hold it, so only those are scanned. ``phrase_on`` (``retrieve.lexical_phrase_text``):
+    the phrase bonus counts in the text the hits were counted on (``counted``), or always in the
+    entity's own lines when it has any (``speaker``, the authors' evidence text).
     """
     if not terms or not docs:
         return []
@@ -280,21 +295,22 @@ def lexical_guard(docs: Sequence[EpisodeText], terms: Sequence[str], entity: str
             if hits == 0 and own:
                 counted = doc.text
                 hits = sum(occ(counted, t) * weights[t] for t in ts)
-        hits += PHRASE_BONUS * sum(occ(counted, t) for t in ts if " " in t)
+        bonus_text = counted if unresolved or phrase_on == "counted" else (own or doc.text)
+        hits += PHRASE_BONUS * sum(occ(bonus_text, t) for t in ts if " " in t)
         if hits > 0:
             out.append((pos, round(hits, 6)))
     return sorted(out, key=lambda ph: (-ph[1], ph[0]))
 
 
 def answer_rank_scores(question: str, texts: Sequence[str], squashed: bool = False,
-                       tables: Optional[TermTables] = None) -> list[float]:
+                       tables: Optional[TermTables] = None, stop: frozenset[str] = STOPWORDS) -> list[float]:
     """Question-term score of each text, weights over this list (phrases weigh 4x).
 
     ``squashed``: the texts already went through ``squash`` (the retriever keeps them so);
     ``tables``: the question's terms carry their aliases (the authors' word forms apply only in
     the guard, not here, as in their code).
     """
-    terms = question_terms(question, tables)
+    terms = question_terms(question, tables, stop)
     low = list(texts) if squashed else [squash(t) for t in texts]
     n = len(low)
     # Each (text, term) scanned once: its count gives both the term's document frequency and
@@ -306,7 +322,7 @@ def answer_rank_scores(question: str, texts: Sequence[str], squashed: bool = Fal
 
 
 def rank_episodes_for_answer(question: str, texts: Sequence[str], squashed: bool = False,
-                             tables: Optional[TermTables] = None) -> list[int]:
+                             tables: Optional[TermTables] = None, stop: frozenset[str] = STOPWORDS) -> list[int]:
     """Indices of ``texts`` by question-term score, stable (equal scores keep their order); none dropped."""
-    scores = answer_rank_scores(question, texts, squashed, tables)
+    scores = answer_rank_scores(question, texts, squashed, tables, stop)
     return sorted(range(len(texts)), key=lambda i: (-scores[i], i))

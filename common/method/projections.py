@@ -13,6 +13,10 @@ de-duplication; the generic two are switches here (``extract.*_projection``):
   drawing or art, whose ``creator`` value is a speaker (else whose source is a speaker), gives
   ``<speaker> (person) paint "made <entity>"`` with the same evidence.
 
+``extract.speaker_event_rule: code`` is their rule as their code applies it: the evidence turn must
+contain the entity anywhere (not in the sentence with the verb), the verbs include attend(ing) and
+participate(ing), and a record whose entity is the speaker is projected too.
+
 Their third rule (a shoe coreference) is written for one conversation and is not reproduced.
 """
 from __future__ import annotations
@@ -31,22 +35,38 @@ VERBS = (("attend", re.compile(rf"\b(?:i|we){_GAP}\b(?:attended|went to|visited|
          ("see", re.compile(rf"\b(?:i|we){_GAP}\b(?:saw|see|seen|watched|heard|listened to)\b", re.I)))
 
 
+# The authors' forms (their extract_episode): attend/attended/attending, participate/participated/
+# participating beside went to / visited / joined; the pronoun and verb within one sentence of the turn.
+_CODE_GAP = r"[^.!?]{0,180}?"
+CODE_VERBS = (("attend", re.compile(rf"\b(?:i|we)\b{_CODE_GAP}\b(?:attend(?:ed|ing)?|went to|visited|joined|"
+                                    rf"participat(?:e|ed|ing))\b", re.I)),
+              ("see", re.compile(rf"\b(?:i|we)\b{_CODE_GAP}\b(?:saw|see|seen|watched|heard|listened to)\b", re.I)))
+
+
 def _sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?])\s+|\n", text) if s.strip()]
 
 
-def speaker_event(records: list[Record], view: MemoryView) -> list[Record]:
+def _matches(rule: str, target: str, text: str, pattern: re.Pattern[str]) -> bool:
+    """harness: the entity and the verb in one sentence; code: the entity anywhere in the turn."""
+    if rule == "code":
+        return target in norm(text) and bool(pattern.search(text))
+    return any(target in s.lower() and pattern.search(s) for s in _sentences(text))
+
+
+def speaker_event(records: list[Record], view: MemoryView, rule: str = "harness") -> list[Record]:
     out = []
+    verbs = CODE_VERBS if rule == "code" else VERBS
     for r in records:
         if r.entity_type not in EVENT_TYPES or not norm(r.entity):
             continue
         for dia in r.evidence_dia_ids:
             turn = view.turns.get(dia)
-            if turn is None or norm(turn.speaker) == norm(r.entity):
+            if turn is None or not turn.speaker.strip() or (rule != "code" and norm(turn.speaker) == norm(r.entity)):
                 continue
-            target = r.entity.lower()
-            for prop, pattern in VERBS:
-                if any(target in s.lower() and pattern.search(s) for s in _sentences(turn.text)):
+            target = norm(r.entity) if rule == "code" else r.entity.lower()
+            for prop, pattern in verbs:
+                if _matches(rule, target, turn.text, pattern):
                     out.append(replace(r, record_id="", entity=turn.speaker, entity_type="person", property=prop,
                                        value=r.entity, condition_property="", condition_value="",
                                        property_kind="relation", source=turn.speaker, evidence_dia_ids=[dia],
@@ -71,11 +91,11 @@ def object_creator(records: list[Record], view: MemoryView, episode: Episode) ->
 
 
 def add_projections(records: list[Record], view: MemoryView, episode: Episode, speaker_event_on: bool,
-                    object_creator_on: bool) -> list[Record]:
+                    object_creator_on: bool, speaker_event_rule: str = "harness") -> list[Record]:
     """``records`` plus the switched-on projections, de-duplicated as the extraction step does (first
     occurrence wins), projections numbered after the model's records."""
     extra = (object_creator(records, view, episode) if object_creator_on else []) + \
-        (speaker_event(records, view) if speaker_event_on else [])
+        (speaker_event(records, view, speaker_event_rule) if speaker_event_on else [])
     if not extra:
         return records
     seen = {_key(r) for r in records}

@@ -33,7 +33,6 @@ their generic alias and term sets to the lexical guard and the question-term ran
 """
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -44,11 +43,13 @@ from rapidfuzz import fuzz, process
 
 from common.core.config import RetrieveConfig, ScopeBudget
 from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, RetrievalRow, Selected
-from common.core.text import content_tokens, norm, normprop, tokens
+from common.core.text import STOPWORDS, content_tokens, norm, normprop, tokens
 from common.core.tokens import count_tokens
 from common.method.bridge import ANCHOR_FIELDS, PLACEHOLDER, Resolver, resolve_anchor
+from common.method.hop_guards import HopGuards, broad_state_lookup, widened
 from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
 from common.method.lexical import (
+    CODE_STOPWORDS,
     EpisodeText,
     TermTables,
     hop_terms,
@@ -58,6 +59,7 @@ from common.method.lexical import (
     squash,
 )
 from common.method.render import MemoryView, render_buffer, render_turn
+from common.method.routes import Routes
 
 FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "condition_value")
 # Record properties that name no specific predicate (the authors' code: activity, event, thing,
@@ -73,9 +75,9 @@ PLACEHOLDER_VALUES = frozenset({
 # First-person anchor entities; they name the memory's user (``Retriever.user_entity``).
 FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "user", "the user", "user's", "the user's"})
 FIRST_PERSON_POSSESSIVE = ("my ", "the user's ", "user's ")
-ROUTE_PRIORITY = {"structured": 0, "lexical": 1, "dense": 1, "fused": 1, "neighbor": 2}
+ROUTE_PRIORITY = {"structured": 0, "lexical": 1, "dense": 1, "fused": 1, "guard": 1, "neighbor": 2}
 # ``cap_drop: route``: what a binding cap keeps first (neighbour episodes go first, structured last).
-CAP_PRIORITY = {"structured": 0, "lexical": 1, "fused": 1, "dense": 2, "neighbor": 3}
+CAP_PRIORITY = {"structured": 0, "lexical": 1, "fused": 1, "dense": 2, "guard": 2, "neighbor": 3}
 
 
 @dataclass
@@ -120,9 +122,11 @@ class Retriever:
     """Retrieval over one memory's index; built once per memory, called per question."""
 
     def __init__(self, index: MemoryIndex, view: MemoryView, embedder: Any, cfg: RetrieveConfig,
-                 include_images: bool = True):
+                 include_images: bool = True, guards: Optional[Routes] = None):
         self.index, self.view, self.embedder, self.cfg = index, view, embedder, cfg
         self.include_images = include_images
+        # answer.routes.guard_stage: retrieval: the authors' date and overlap guards, per hop (hop_guards)
+        self.guards = HopGuards(guards, view, index.episodes, include_images) if guards else None
         self.pos_of = index.episode_pos()
         self.rec_entities = [norm(r.entity) for r in index.records]
         self.rec_props = np.array([r.property for r in index.records], dtype=object)
@@ -133,6 +137,7 @@ class Retriever:
         self._postings: dict[str, frozenset[int]] = {}  # lexical guard: episodes holding each term
         # retrieve.lexical_aliases: the authors' generic alias and term sets (lexical.TermTables)
         self.terms: Optional[TermTables] = load_term_tables() if cfg.lexical_aliases else None
+        self.stop = CODE_STOPWORDS if cfg.lexical_stopwords == "code" else STOPWORDS  # the guard's and ranking's
         self._small_fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ structured route
@@ -318,7 +323,7 @@ class Retriever:
         """``positions`` re-ordered by question-term score (``lexical.rank_episodes_for_answer``)."""
         docs = self.docs()
         order = rank_episodes_for_answer(question, [docs[p].text for p in positions], squashed=True,
-                                         tables=self.terms)
+                                         tables=self.terms, stop=self.stop)
         return [positions[i] for i in order]
 
     def guard_fallback(self, question: str, anchor: Anchor, budget: ScopeBudget,
@@ -330,9 +335,9 @@ class Retriever:
         retrieval does this for a hop without structured matches).
         """
         lex = [Hit(p, h, "lexical") for p, h in lexical_guard(
-            self.docs(), hop_terms(question, anchor.value, anchor.property, self.terms), anchor.entity,
+            self.docs(), hop_terms(question, anchor.value, anchor.property, self.terms, self.stop), anchor.entity,
             anchor.condition_property, anchor.condition_value, self._postings,
-            self.terms.word_forms if self.terms else None)]
+            self.terms.word_forms if self.terms else None, self.cfg.lexical_phrase_text)]
         lines = [question] + [f"{f}: {getattr(anchor, f)}" for f in FIELDS if f != "entity_type" and getattr(anchor, f)]
         den = self.dense("\n".join(lines), budget.dense_k)
         merged: dict[int, Hit] = {}
@@ -423,6 +428,7 @@ class Retriever:
         calls: list[dict[str, Any]] = []
         in_resolver = 0.0  # wall time inside bridge calls (may include waiting for other threads)
         blocked: list[str] = []  # hops blocked for a missing bridge (retrieve.block_empty_bridge, block_rule)
+        guarded: dict[str, dict[str, Any]] = {}  # what the per-hop guards added (answer.routes.guard_stage)
         if cfg.mode == "dense_only":
             self._dense_only(question, plan, selected)
         else:
@@ -437,6 +443,10 @@ class Retriever:
                     values[hop.hop_id] = ""
                     continue
                 hits, coverage[hop.hop_id] = self.hop_hits(question.question, anchor, plan.retrieval_scope)
+                if self.guards is not None:  # before the bridge, which then reads them too (the authors')
+                    more, log = self.guards.added(question, plan, [h.pos for h in hits])
+                    hits = hits + [Hit(p, 0.0, "guard") for p in more]
+                    guarded.update({hop.hop_id: log} if log else {})  # a guard that did not fire: no entry
                 if hop.bridge_request and resolve is not None:
                     bridge, hop_calls, spent = self._resolve_bridge(resolve, question.question, hop, anchor, hits)
                     values[hop.hop_id] = bridge.value
@@ -466,6 +476,8 @@ class Retriever:
             contributions["caps"] = caps
         if blocked:
             contributions["blocked_missing_bridge"] = blocked
+        if guarded:
+            contributions["hop_guards"] = guarded
         # Retrieval time = our own compute plus the bridge calls' latency (the original call's
         # when cached, like every efficiency figure), not the time spent queued behind other work.
         bridge_seconds = sum(float(c.get("latency") or 0.0) for c in calls)
@@ -547,23 +559,6 @@ class Retriever:
                 for nb in (pos - d, pos + d):
                     if 0 <= nb < len(eps) and nb not in selected and eps[nb].session_id == eps[pos].session_id:
                         selected[nb] = Selected(eps[nb].episode_id, selected[pos].hop_id, "neighbor", 0.0)
-
-
-# The authors' broad_state_lookup wording: an ordering word and a word about an item, a device or a move.
-BROAD_ORDER_RE = re.compile(r"\b(before|after|previous|earlier|later)\b", re.I)
-BROAD_THING_RE = re.compile(r"\b(gadget|device|appliance|product|item|move|moved|relocat)\w*", re.I)
-BROAD_STATE_K = 48
-
-
-def broad_state_lookup(question: str) -> bool:
-    """A before/after question about items, devices or moves (``retrieve.broad_state_lookup``)."""
-    return bool(BROAD_ORDER_RE.search(question) and BROAD_THING_RE.search(question))
-
-
-def widened(budget: ScopeBudget) -> ScopeBudget:
-    """The hop budget raised to at least 48 dense and 48 fallback episodes (no cap stays no cap)."""
-    fallback = None if budget.fallback_k is None else max(budget.fallback_k, BROAD_STATE_K)
-    return replace(budget, dense_k=max(budget.dense_k, BROAD_STATE_K), fallback_k=fallback)
 
 
 def missing_bridge(anchor: Anchor, values: dict[str, str]) -> bool:

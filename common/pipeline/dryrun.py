@@ -31,7 +31,7 @@ from common.core.tokens import count_tokens
 from common.evaluation import audited, beam
 from common.evaluation.judge import judge_messages
 from common.evaluation.judge_lme import judge_messages as lme_messages
-from common.evaluation.judge_lme import template_id
+from common.evaluation.judge_lme import judge_template
 from common.method.answer import RERANK_PROMPT_IDS, VERIFY_PROMPT_IDS
 from common.method.dedup import representatives
 from common.method.episodes import partition_messages
@@ -264,7 +264,7 @@ def estimate(cfg: Config) -> dict[str, Any]:
                 route_in = sum(per + count_tokens(q.question) for q in qs)
                 # answer.routes.count_reference_event: one more call for a count bounded by a named event.
                 refs = [q for q in qs if role == "answer_count" and routes.count_reference_event
-                        and reference_wanted(q)]
+                        and reference_wanted(q, since=routes.count_reference != "shown")]
                 if refs:
                     n += len(refs)
                     route_in += sum(buffer + count_tokens(q.question) + sum(count_tokens(prompts.load(i))
@@ -283,8 +283,8 @@ def estimate(cfg: Config) -> dict[str, Any]:
         tin = beam.judge_prompt_tokens(scored, {q.qid: q.question for q in data.questions}, answer_text,
                                        opts.fill_question, count_tokens)
     else:
-        tin = sum(_tok(lme_messages(template_id(g.question_type, g.qid), q_by[g.qid].question, g.answer,
-                                    answer_text)) for g in scored)
+        tin = sum(_tok(lme_messages(judge_template(cfg.judge.prompt, g.question_type, g.qid), q_by[g.qid].question,
+                                    g.answer, answer_text)) for g in scored)
     runs = cfg.judge.runs  # judge.runs: every answer is judged that many times (distinct calls)
     errata = audited.run_errata(cfg)  # data.errata: corrected golden answers are judged once more
     again = len(set(errata.corrected_answers()) & {g.qid for g in scored}) if errata else 0

@@ -36,13 +36,10 @@ accuracy recomputed by its own rule from all its rows, and every unmapped row wi
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import json
 import re
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -52,253 +49,30 @@ from common.core import fingerprint, progress
 from common.core.config import ConfigError, load_config
 from common.core.io import read_json, read_jsonl, sha256_file, write_json, write_jsonl
 from common.core.schema import AnswerRow, JudgeRow, to_dict
-from common.core.yamlio import load_yaml
-from common.evaluation.claims import Claim, get_claim
-from common.evaluation.coverage import Coverage, of_benchmark
+from common.evaluation.claims import get_claim
+from common.evaluation.coverage import of_benchmark
 from common.evaluation.repeats import majority
 from common.pipeline import export, formats, stages
 from common.pipeline.engine import Run, manifest, run_stage
 from common.pipeline.formats import SourceError
 from common.pipeline.graph import IDS as ID
 from common.pipeline.graph import by_name
-
-QUESTION_ID = re.compile(r"locomo_(\d+)_qa(\d+)")
-JUDGMENT = re.compile(r"judgment_(\d+)")
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def published_prompts(source: Path, prompts: Optional[Path], answer_prompt: Optional[str]) -> dict[str, Any]:
-    """sha256 of the published judge prompt (system + user) and answer prompt, from ``prompts.yaml``.
-
-    Without ``prompts`` the file is looked for next to the source and up to three folders above it
-    (its place in the locomo-audit repository); not found is recorded, never guessed.
-    """
-    if prompts is None:
-        for parent in list(source.resolve().parents)[:4]:
-            if (parent / "prompts.yaml").exists():
-                prompts = parent / "prompts.yaml"
-                break
-    if prompts is None:
-        return {"file": None, "note": "prompts.yaml not found: the published prompts are not fingerprinted"}
-    data = load_yaml(prompts.read_text(encoding="utf-8")) or {}
-    judge = data.get("llm_judge") or {}
-    out: dict[str, Any] = {"file": str(prompts), "file_sha256": sha256_file(prompts)}
-    if judge:
-        out["judge_prompt_sha256"] = _sha(f"{judge.get('system_prompt', '')}\n{judge.get('user_prompt', '')}")
-    answers = (data.get("online_api") or {}).get("default") or {}
-    if answer_prompt:
-        text = answers.get(answer_prompt)
-        out["answer_prompt"] = answer_prompt
-        out["answer_prompt_sha256"] = _sha(text) if isinstance(text, str) else None
-    return out
-
-
-def _fail(source: Path, where: str, msg: str) -> SourceError:
-    return SourceError(f"{source}: {where}: {msg}")
-
-
-def _labels(source: Path, where: str, judgments: Any) -> list[Optional[int]]:
-    if judgments == {}:  # a file without published labels (the judge audit's gold set)
-        return []
-    if not isinstance(judgments, dict):
-        raise _fail(source, f"{where}.llm_judgments", f"expected an object of judgment_<i>: bool, got {judgments!r}")
-    runs: dict[int, Optional[int]] = {}
-    for key, value in judgments.items():
-        m = JUDGMENT.fullmatch(key)
-        if m is None:
-            raise _fail(source, f"{where}.llm_judgments.{key}", "expected keys judgment_1 .. judgment_N")
-        if not isinstance(value, bool):
-            raise _fail(source, f"{where}.llm_judgments.{key}", f"expected true or false, got {value!r}")
-        runs[int(m.group(1))] = int(value)
-    if sorted(runs) != list(range(1, len(runs) + 1)):
-        raise _fail(source, f"{where}.llm_judgments", f"judgment numbers {sorted(runs)} are not 1..{len(runs)}")
-    return [runs[i] for i in sorted(runs)]
-
-
-def _locomo_audit_rows(source: Path, doc: dict[str, Any], questions: list[dict[str, Any]],
-                       gold: dict[str, dict[str, Any]]) -> list[tuple[str, str, Optional[str], list[Optional[int]]]]:
-    """(qid, question, generated answer, labels) per source row, checked against the benchmark."""
-    memories = list(dict.fromkeys(q["memory_id"] for q in questions))  # file order of locomo10.json
-    text = {q["qid"]: q["question"] for q in questions}
-    detailed = doc.get("detailed_results")
-    if not isinstance(detailed, dict):
-        raise _fail(source, "detailed_results", "expected an object mapping a user key to a list of rows")
-    out: list[tuple[str, str, Optional[str], list[Optional[int]]]] = []
-    seen: dict[str, str] = {}
-    n_runs = None
-    for user, rows in detailed.items():
-        if not isinstance(rows, list):
-            raise _fail(source, f"detailed_results.{user}", "expected a list of rows")
-        for j, row in enumerate(rows):
-            where = f"detailed_results.{user}[{j}]"
-            if not isinstance(row, dict):
-                raise _fail(source, where, "expected an object")
-            for field in ("question_id", "question", "generated_answer", "llm_judgments", "category"):
-                if field not in row:
-                    raise _fail(source, f"{where}.{field}", "missing")
-            m = QUESTION_ID.fullmatch(str(row["question_id"]))
-            if m is None:
-                raise _fail(source, f"{where}.question_id", f"expected locomo_<c>_qa<i>, got {row['question_id']!r}")
-            c, i = int(m.group(1)), int(m.group(2))
-            if c >= len(memories):
-                raise _fail(source, f"{where}.question_id",
-                            f"{row['question_id']}: conversation index {c} but the benchmark file has {len(memories)}")
-            qid = f"{memories[c]}:q{i + 1:04d}"
-            if qid not in text:
-                raise _fail(source, f"{where}.question_id", f"{row['question_id']} -> {qid}: no such question")
-            if row["question"] != text[qid]:
-                raise _fail(source, f"{where}.question",
-                            f"{row['question_id']} -> {qid}: text {row['question']!r} differs from the "
-                            f"benchmark's {text[qid]!r}")
-            if str(row["category"]) != str(gold[qid]["category"]):
-                raise _fail(source, f"{where}.category", f"{row['question_id']} -> {qid}: category "
-                            f"{row['category']!r} differs from the benchmark's {gold[qid]['category']}")
-            if qid in seen:
-                raise _fail(source, f"{where}.question_id", f"{row['question_id']} also at {seen[qid]}")
-            seen[qid] = where
-            labels = _labels(source, where, row["llm_judgments"])
-            if n_runs is not None and len(labels) != n_runs:
-                raise _fail(source, f"{where}.llm_judgments", f"{len(labels)} judgments, earlier rows have {n_runs}")
-            n_runs = len(labels)
-            answer = row["generated_answer"]
-            if answer is not None and not isinstance(answer, str):
-                raise _fail(source, f"{where}.generated_answer", f"expected a string, got {answer!r}")
-            out.append((qid, text[qid], answer, labels))
-    return out
-
-
-def _longmemeval_rows(source: Path,
-                      questions: list[dict[str, Any]]) -> list[tuple[str, str, Optional[str], list[Optional[int]]]]:
-    """(qid, question, hypothesis, labels) from the official eval-results JSONL."""
-    text = {q["qid"]: q["question"] for q in questions}
-    out: list[tuple[str, str, Optional[str], list[Optional[int]]]] = []
-    seen: set[str] = set()
-    for n, row in enumerate(read_jsonl(source), 1):
-        where = f"line {n}"
-        qid = row.get("question_id")
-        if not isinstance(qid, str):
-            raise _fail(source, f"{where}.question_id", f"expected a string, got {qid!r}")
-        if qid not in text:
-            raise _fail(source, f"{where}.question_id", f"{qid!r} is not a question of the benchmark file")
-        if qid in seen:
-            raise _fail(source, f"{where}.question_id", f"{qid!r} appears twice")
-        seen.add(qid)
-        hyp = row.get("hypothesis")
-        if not isinstance(hyp, str):
-            raise _fail(source, f"{where}.hypothesis", f"expected a string, got {hyp!r}")
-        raw = row.get("autoeval_labels") or ([row["autoeval_label"]] if "autoeval_label" in row else [])
-        labels: list[Optional[int]] = []
-        for k, lab in enumerate(raw):
-            value = lab.get("label") if isinstance(lab, dict) else None
-            if not isinstance(value, bool):
-                raise _fail(source, f"{where}.autoeval_label[{k}].label", f"expected true or false, got {value!r}")
-            labels.append(int(value))
-        out.append((qid, text[qid], hyp, labels))
-    return out
-
-
-def _export_doc(source: Path, benchmark: str) -> dict[str, Any]:
-    """An export's rows and its manifest (``common.pipeline.export``), checked for its format."""
-    manifest_path = source.parent / export.MANIFEST
-    if not manifest_path.is_file():
-        raise SourceError(f"{source}: no {export.MANIFEST} beside it: not an export of this harness")
-    doc = read_json(manifest_path, SourceError)
-    if not isinstance(doc, dict) or doc.get("format") != export.FORMAT:
-        got = doc.get("format") if isinstance(doc, dict) else doc
-        raise _fail(manifest_path, "format", f"expected {export.FORMAT!r}, got {got!r}")
-    if doc.get("benchmark") != benchmark:
-        raise _fail(manifest_path, "benchmark",
-                    f"the export is of {doc.get('benchmark')!r}, not {benchmark} (--benchmark)")
-    rows = read_jsonl(source)
-    judges = sorted({j for r in rows for j in (r.get("judges") or {})})
-    return {"manifest": doc, "rows": rows, "judges": judges}
-
-
-def _export_rows(source: Path, exported: dict[str, Any], every: list[dict[str, Any]], full: Any, benchmark: str,
-                 judge: Optional[str], errors: dict[str, str]
-                 ) -> tuple[list[tuple[str, str, Optional[str], list[Optional[int]]]], dict[str, str],
-                            dict[str, dict[str, tuple[list[Optional[int]], str, str]]]]:
-    """(qid, question, answer, labels of ``judge``) per exported row; answer errors; the other judges' labels."""
-    text = {q["qid"]: q["question"] for q in every}
-    data = adapter(benchmark)
-    category = {g.qid: data.category(g) for g in full.gold}
-    if judge is not None and exported["judges"] and judge not in exported["judges"]:
-        raise SourceError(f"{source}: no judge {judge!r} in the export (it has {', '.join(exported['judges'])})")
-    out: list[tuple[str, str, Optional[str], list[Optional[int]]]] = []
-    answer_errors: dict[str, str] = {}
-    others: dict[str, dict[str, tuple[list[Optional[int]], str, str]]] = {}
-    scores: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)  # judge -> qid -> scores
-    seen: set[str] = set()
-    for n, row in enumerate(exported["rows"], 1):
-        where = f"line {n}"
-        qid = row.get("qid")
-        if qid not in text:
-            raise _fail(source, f"{where}.qid", f"{qid!r} is not a question of the benchmark file")
-        if qid in seen:
-            raise _fail(source, f"{where}.qid", f"{qid!r} appears twice")
-        seen.add(qid)
-        if row.get("question") != text[qid]:
-            raise _fail(source, f"{where}.question",
-                        f"{qid}: text {row.get('question')!r} differs from the benchmark's")
-        if row.get("category") is not None and qid in category and row["category"] != category[qid]:
-            raise _fail(source, f"{where}.category", f"{qid}: {row['category']!r} differs from the benchmark's "
-                                                     f"{category[qid]!r}")
-        judged = row.get("judges") or {}
-        if not isinstance(judged, dict):
-            raise _fail(source, f"{where}.judges", "expected an object of judge name: {label, labels, ...}")
-        labels_of: dict[str, tuple[list[Optional[int]], str, str]] = {}
-        for name, block in judged.items():
-            label, runs = block.get("label"), block.get("labels") or []
-            for k, v in enumerate([label, *runs]):
-                if v not in (0, 1, None) or isinstance(v, bool):
-                    raise _fail(source, f"{where}.judges.{name}.{'label' if k == 0 else f'labels[{k - 1}]'}",
-                                f"expected 1, 0 or null, got {v!r}")
-            error = str(block.get("error") or "")
-            if label is None and not error:
-                error = f"no_label_in_file: exported row {where} has no label"
-            labels_of[name] = (list(runs) or [label], error, str(block.get("judge_model") or "not stated"))
-            if block.get("scores") is not None:  # a rubric judge's fractional scores (BEAM), kept as they are
-                scores[name][qid] = _export_scores(source, f"{where}.judges.{name}.scores", block["scores"])
-        answer = row.get("answer")
-        if answer is not None and not isinstance(answer, str):
-            raise _fail(source, f"{where}.answer", f"expected a string or null, got {answer!r}")
-        if row.get("answer_error"):
-            answer_errors[qid] = str(row["answer_error"])
-        if judge is not None and judge in labels_of:
-            labels, error, _ = labels_of.pop(judge)
-            if error:
-                errors[qid] = error
-        else:
-            labels = []
-            if judge is not None and exported["judges"]:
-                continue  # not judged by the main judge (an unscored question): left out as 09 leaves it
-        for name, value in labels_of.items():
-            others.setdefault(name, {})[qid] = value
-        out.append((qid, text[qid], answer, labels))
-    exported["scores"] = dict(scores)
-    return out, answer_errors, others
-
-
-def _export_scores(source: Path, where: str, value: Any) -> dict[str, Any]:
-    """An exported rubric judge's ``scores`` ({variant: number in [0, 1] or null, headline}) as
-    ``JudgeRow.scores`` holds them (``common.evaluation.beam``)."""
-    if not isinstance(value, dict):
-        raise _fail(source, where, f"expected an object of scoring variant: score, got {value!r}")
-    for v in export.SCORE_VARIANTS:
-        x = value.get(v)
-        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 1):
-            raise _fail(source, f"{where}.{v}", f"expected a number in [0, 1] or null, got {x!r}")
-    headline = value.get("headline")
-    if headline not in (None, *export.SCORE_VARIANTS):
-        raise _fail(source, f"{where}.headline",
-                    f"expected one of {', '.join(export.SCORE_VARIANTS)}, got {headline!r}")
-    return {v: value.get(v) for v in export.SCORE_VARIANTS} | ({"headline": headline} if headline else {})
-
-
-SOURCE_FILE = "source.json"  # in the run directory: where the rows came from, the claim, unmapped rows
+from common.pipeline.import_record import (
+    SOURCE_FILE,
+    own_accuracy,
+    published_prompts,
+    source_record,
+    stated_checks,
+    stated_meta,
+    what_it_covers,
+)
+from common.pipeline.import_sources import (
+    export_doc,
+    export_rows,
+    fail,
+    locomo_audit_rows,
+    longmemeval_rows,
+)
 
 
 def _model(stated: Optional[str]) -> Optional[str]:
@@ -346,7 +120,7 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         raise SourceError(str(exc)) from None
     if claim is not None and claim.benchmark != benchmark:
         raise SourceError(f"claim {claim.id} is a {claim.benchmark} claim, not {benchmark}")
-    exported = _export_doc(source, benchmark) if fmt == "export" else None
+    exported = export_doc(source, benchmark) if fmt == "export" else None
     if benchmark == "longmemeval" or new_format or exported is not None:  # read by their own readers below
         doc: dict[str, Any] = {}
     else:
@@ -355,7 +129,7 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
             raise SourceError(f"{source}: expected a JSON object with detailed_results")
     meta = doc.get("metadata") or {}
     if not isinstance(meta, dict):
-        raise _fail(source, "metadata", "expected an object")
+        raise fail(source, "metadata", "expected an object")
     if benchmark == "longmemeval" and fmt == "longmemeval" and not judge_model:  # the rows name their judge
         first = next(iter(read_jsonl(source)), {})
         label = first.get("autoeval_label") or (first.get("autoeval_labels") or [None])[0]
@@ -401,7 +175,7 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     answer_errors: dict[str, str] = {}  # qid -> the exported answer's own error
     more_judges: dict[str, dict[str, tuple[list[Optional[int]], str, str]]] = {}  # export: other judges
     if exported is not None:
-        rows, answer_errors, more_judges = _export_rows(source, exported, every, full, benchmark, judge, errors)
+        rows, answer_errors, more_judges = export_rows(source, exported, every, full, benchmark, judge, errors)
     elif new_format:
         parsed = formats.parse(fmt, source, full.questions, full.gold, benchmark, labels=labels_file)
         text = {q.qid: q.question for q in full.questions}
@@ -417,13 +191,13 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
             raise SourceError(f"{source}: none of its {len(parsed.rows)} rows maps to a question "
                               f"({parsed.mapping.summary()['unmapped_by_reason']})")
     elif benchmark == "locomo":
-        rows = _locomo_audit_rows(source, doc, every, {g.qid: to_dict(g) for g in full.gold})
+        rows = locomo_audit_rows(source, doc, every, {g.qid: to_dict(g) for g in full.gold})
     else:
-        rows = _longmemeval_rows(source, every)
+        rows = longmemeval_rows(source, every)
     if len({len(r[3]) for r in rows}) > 1:
         raise SourceError(f"{source}: rows carry different numbers of judge labels "
                           f"({sorted({len(r[3]) for r in rows})}); every answer needs the same runs")
-    own = _own(parsed, rows)
+    own = own_accuracy(parsed, rows)
     selected = {q.qid for q in load_selected(cfg)[1].questions}
     outside = sum(1 for r in rows if r[0] not in selected)
     rows = [r for r in rows if r[0] in selected]
@@ -494,8 +268,8 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     data = adapter(benchmark)
     scored = {g.qid for g in full.gold if data.is_scored(g)}
     cov = of_benchmark(benchmark, len(scored & {r[0] for r in rows}))
-    checked = stated_checks({**(parsed.stated if parsed else {}), **_stated_meta(meta)}, own)
-    record = _source_record(source, source_sha, fmt, judge, claim, origin, parsed, own, outside)
+    checked = stated_checks({**(parsed.stated if parsed else {}), **stated_meta(meta)}, own)
+    record = source_record(source, source_sha, fmt, judge, claim, origin, parsed, own, outside)
     write_json(run.dir / SOURCE_FILE, {**record, "coverage": cov.to_dict(), "stated_checks": checked})
     write_jsonl(run.path("answers"), (to_dict(a) for a in answers))
     manifest(run, ID["answer"], inputs=[source], outputs=[run.path("answers")], rows=len(answers), started=started,
@@ -518,7 +292,7 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
         manifest(run, by_name("judge").instance(other), inputs=[source], outputs=[run.judge_path(other)],
                  rows=len(extra), started=started, extra={"imported_from": str(source), "source_sha256": source_sha})
     unmapped = len(parsed.mapping.unmapped) if parsed else 0
-    for line in _what_it_covers(cov, benchmark, checked):
+    for line in what_it_covers(cov, benchmark, checked):
         print(line, flush=True)
     print(f"import: {len(rows)} answers, {n_runs} judge label(s) each, from {source} -> {run.dir}"
           + (f" ({outside} rows outside the selected questions left out)" if outside else "")
@@ -529,92 +303,6 @@ def import_run(source: Path, run_name: str, *, benchmark: str = "locomo", judge:
     if aggregate:
         run_stage(run, "aggregate")
     return run.dir
-
-
-def _own(parsed: Optional[formats.Parsed], rows: list[tuple[str, str, Optional[str], list[Optional[int]]]]
-         ) -> dict[str, Any]:
-    """The number the file's own code prints, recomputed from ALL its rows (before any selection)."""
-    if parsed is not None:
-        return parsed.own_accuracy()
-    n_runs = len(rows[0][3]) if rows else 0
-    if not n_runs:
-        return {"accuracy": None, "rule": "no published labels"}
-    per_run = [sum(1 for r in rows if r[3][i] == 1) for i in range(n_runs)]
-    n = len(rows)
-    return {"k_per_run": per_run, "n": n, "accuracy": sum(k / n for k in per_run) / n_runs, "rows": n,
-            "excluded": 0, "rule": "mean over judge runs of correct rows / all rows" if n_runs > 1
-            else "correct rows / all rows"}
-
-
-def _stated_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """The accuracy a locomo-audit file's ``metadata`` states (its own code's printed number)."""
-    return {f"metadata.{k}": v for k, v in meta.items() if k in ("mean_accuracy", "overall_accuracy", "accuracy")}
-
-
-def _decimals(value: float) -> int:
-    text = repr(float(value))
-    return len(text.split(".")[1]) if "." in text and "e" not in text else 6
-
-
-def stated_checks(stated: dict[str, Any], own: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every accuracy the file states (a top-level ``*accuracy*`` number) beside the one its own rows give.
-
-    A stated value above 1 is a percentage. It is reproduced when the rows' accuracy, rounded
-    to the stated value's decimals, is the stated value; otherwise the import says so.
-    """
-    mine = own.get("accuracy")
-    out: list[dict[str, Any]] = []
-    for key, value in stated.items():
-        if "accuracy" not in key.lower() or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        scale = 100.0 if value > 1 else 1.0
-        d = _decimals(value)
-        reproduced = mine is not None and abs(round(scale * mine, d) - value) < 0.5 * 10 ** -d + 1e-12
-        out.append({"field": key, "stated": value, "own": mine, "scale": "percent" if scale == 100 else "fraction",
-                    "reproduced": reproduced, "rule": own.get("rule")})
-    return out
-
-
-def _what_it_covers(cov: Coverage, benchmark: str, checked: list[dict[str, Any]]) -> list[str]:
-    """The import's lines on what it covers and whether the file's stated figure is its rows' own."""
-    lines = [f"import: covers {cov.text} scored {benchmark} questions"
-             + (f" (PARTIAL {cov.text}: the questions without a row count as missing, not as answered)"
-                if cov.partial else "")]
-    for c in checked:
-        own = "n/a" if c["own"] is None else f"{100 * c['own']:.2f}%"
-        if not c["reproduced"]:
-            lines.append(f"import: WARNING: the file states {c['field']}: {c['stated']} but its own rows give {own} "
-                         f"({c['rule']}): the stated figure is not reproduced")
-    return lines
-
-
-def _source_record(source: Path, sha: str, fmt: str, judge: str, claim: Optional[Claim],
-                   origin: Optional[dict[str, Optional[str]]], parsed: Optional[formats.Parsed],
-                   own: dict[str, Any], outside: int) -> dict[str, Any]:
-    """``source.json``: where the rows came from, the claim they back, and every row not mapped."""
-    stated = claim.per_question if claim is not None else None
-    where = {k: (origin or {}).get(k) or (getattr(stated, k) if stated is not None else None) or "not stated"
-             for k in ("repository", "path", "commit")}
-    out: dict[str, Any] = {"file": str(source), "sha256": sha, "format": fmt, "judge": judge, "origin": where,
-                           "claim": claim.to_dict() if claim is not None else None, "own_accuracy": own,
-                           "rows_outside_selection": outside}
-    if stated is not None and stated.sha256 and stated.sha256 != sha:
-        out["sha256_differs_from_claim"] = stated.sha256
-    if parsed is not None:
-        m = parsed.mapping
-        out["mapping"] = m.summary()
-        out["unmapped"] = [dataclasses.asdict(u) for u in m.unmapped]
-        by_where = {r.where: r for r in parsed.rows}
-        # Their labels and exclusions: the file's own number counts them (make claims recomputes it).
-        out["unmapped_labels"] = {u.where: {"label": by_where[u.where].label, "excluded": by_where[u.where].excluded}
-                                  for u in m.unmapped}
-        out["category_differs"], out["gold_differs"] = m.category_differs, m.gold_differs
-        out["stated"] = parsed.stated
-    else:
-        out["mapping"] = {"rows": own.get("rows"), "mapped": own.get("rows"), "unmapped": 0,
-                          "note": "every row names its question id"}
-        out["unmapped"] = []
-    return out
 
 
 def fingerprint_dataset(run: Run) -> str:
@@ -658,4 +346,3 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     return 0
-

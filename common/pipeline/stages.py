@@ -142,7 +142,9 @@ def extract(run: Run) -> None:
     rep_of = {e.episode_id: by_session[rep_session[f"{e.memory_id}::{e.session_id}"].key][i]
               for r in rows for i, e in enumerate(r.episodes)}
     g, imgs, pset = run.cfg.extract.granularity, run.cfg.episodes.include_images, run.cfg.prompts.set
-    proj = (run.cfg.extract.speaker_event_projection, run.cfg.extract.object_creator_projection)
+    ext = run.cfg.extract  # the rule enters the tuple (and the row digest) only when it is the authors'
+    proj = (ext.speaker_event_projection, ext.object_creator_projection) + \
+        ((ext.speaker_event_rule,) if ext.speaker_event_rule != "harness" else ())
     run_rows_deduplicated(run, ID["extract"], run.path("records"), "episode_id", eps, lambda e: e.episode_id, rep_of,
               lambda e: extract_mod.extract_episode(run.llm, views[e.memory_id], e, g, imgs, pset, proj),
               rebase_records, "extract", [run.path("episodes")], lambda r: r["fallback_used"],
@@ -411,7 +413,10 @@ def answer(run: Run) -> None:
                                    verify=ac.verify, style=style, rerank_keep_all=ac.rerank_keep_all,
                                    draft=ac.draft, verify_personal=ac.verify_personal,
                                    routes=Routes(**dataclasses.asdict(ac.routes)), draft_prompt=ac.draft_prompt,
-                                   keep_whole_point=ac.keep_whole_point, strip=ac.strip)
+                                   keep_whole_point=ac.keep_whole_point, strip=ac.strip,
+                                   rerank_pad_operators=ac.rerank_pad_operators, draft_audit=ac.draft_audit,
+                                   draft_rules=ac.draft_rules,
+                                   verify_checklist=ac.verify_checklist, verify_short=ac.verify_short)
     extra_roles = tuple(r for r, on in (("answer_rerank", ac.rerank), ("answer_verify", ac.verify),
                                         ("answer_draft", ac.draft == "json"),
                                         ("answer_count", ac.routes.count),
@@ -427,6 +432,11 @@ def answer(run: Run) -> None:
                             "draft_json" if ac.draft == "json" else "",
                             "verify_short" if ac.verify and not ac.verify_personal else "",
                             "draft_lme" if ac.draft == "json" and ac.draft_prompt == "longmemeval" else "",
+                            "draft_rules" if ac.draft == "json" and ac.draft_rules else "",
+                            "rerank_pad" if ac.rerank and ac.rerank_pad_operators else "",
+                            "draft_audit" if ac.draft == "json" and ac.draft_audit else "",
+                            "verify_checklist" if ac.verify and ac.verify_checklist else "",
+                            "verify_long" if ac.verify and not ac.verify_short else "",
                             "keep_whole_point" if ac.rerank and ac.keep_whole_point else "",
                             "raw" if not ac.strip else "",
                             json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)

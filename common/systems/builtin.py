@@ -6,6 +6,7 @@ with its own rendering (EnSIMem's episodes, the baselines' session blocks).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from common.core import artifacts, sources
@@ -16,6 +17,7 @@ from common.method import bridge as bridge_mod
 from common.method.index import MemoryIndex
 from common.method.render import MemoryView
 from common.method.retrieve import Retriever
+from common.method.routes import Routes
 from common.systems.base import PROTOCOL_STAGES, Context, MemorySystem
 
 
@@ -37,6 +39,9 @@ class EnSIMem(MemorySystem):
         self.bridges = rcfg.bridges and rcfg.mode != "dense_only" and any(
             h.bridge_request for p in self.plans.values() for h in p.plan.hops)
         self.role = "bridge" if self.bridges else None
+        # answer.routes.guard_stage: retrieval: the date and overlap guards run per hop here, before the bridge.
+        routes = ctx.cfg.answer.routes
+        self.guards = Routes(**dataclasses.asdict(routes)) if routes.guard_stage == "retrieval" else None
 
     def inputs(self) -> list[Any]:
         return [artifacts.path(self.ctx.run_dir, "plans"), artifacts.path(self.ctx.run_dir, "index")]
@@ -52,9 +57,10 @@ class EnSIMem(MemorySystem):
         mid = question.memory_id
         if mid not in self.retrievers:
             self.retrievers[mid] = Retriever(MemoryIndex.load(self.paths[mid]), view, self.ctx.embedder(),
-                                             self.ctx.cfg.retrieve, self.ctx.include_images)
+                                             self.ctx.cfg.retrieve, self.ctx.include_images, self.guards)
         return self.retrievers[mid].retrieve(question, self.plans[question.qid].plan,
-                                             bridge_mod.make_resolver(self.ctx.llm, question.question))
+                                             bridge_mod.make_resolver(self.ctx.llm, question.question,
+                                                                      self.ctx.cfg.retrieve.bridge_question))
 
 
 class FullContext(MemorySystem):

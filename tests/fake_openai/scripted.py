@@ -45,6 +45,7 @@ PROMPT_KINDS: dict[str, str] = {
     # plan.audit, answer.rerank, answer.verify: their own kinds.
     "code_rules.plan_audit_user": "plan_audit",
     "code_rules.plan_code_repair_user": "plan_repair",  # plan.repair: code
+    "code_rules.bridge_code_user": "bridge",  # retrieve.bridge_question: false (no question line)
     "code_rules.answer_rerank_user": "answer_rerank",
     "code_rules.answer_verify_user": "answer_verify",
     "code_rules.answer_draft_user": "answer_draft",
@@ -71,6 +72,12 @@ PROMPT_KINDS: dict[str, str] = {
     "judge_lme_knowledge_update": "judge_lme",
     "judge_lme_preference": "judge_lme",
     "judge_lme_abstention": "judge_lme",
+    # judge.prompt: authors (the authors' LongMemEval judge; also asks for yes or no).
+    "judge_lme_authors_default": "judge_lme",
+    "judge_lme_authors_temporal": "judge_lme",
+    "judge_lme_authors_knowledge_update": "judge_lme",
+    "judge_lme_authors_preference": "judge_lme",
+    "judge_lme_authors_abstention": "judge_lme",
     # make doctor's probe of an endpoint (common.pipeline.doctor).
     "doctor_user": "doctor",
     # BEAM's official rubric judge (one call per rubric item) and its event-ordering YES/NO
