@@ -93,8 +93,9 @@ def shown_fields(text: str) -> set[str]:
 # --------------------------------------------------------------------------- what a schema declares
 def schema_fields(schema: Any, root: Optional[dict[str, Any]] = None, path: str = "",
                   seen: frozenset[str] = frozenset()) -> set[str]:
-    """The field paths a JSON schema declares (``$ref`` into ``$defs``/``definitions``, ``anyOf``,
-    ``oneOf``, ``allOf``, ``items``; ``additionalProperties`` as a ``*`` segment)."""
+    """The field paths a JSON schema declares (``properties`` and ``required`` names; ``$ref`` into
+    ``$defs``/``definitions``, ``anyOf``, ``oneOf``, ``allOf``, ``items``; ``additionalProperties`` and
+    ``patternProperties`` as a ``*`` segment)."""
     root = root if root is not None else (schema if isinstance(schema, dict) else {})
     if not isinstance(schema, dict):
         return set()
@@ -111,10 +112,12 @@ def schema_fields(schema: Any, root: Optional[dict[str, Any]] = None, path: str 
     for name, sub in (schema.get("properties") or {}).items():
         out.add(join(path, name))
         out |= schema_fields(sub, root, join(path, name), seen)
+    out.update(join(path, str(name)) for name in schema.get("required") or [])  # asked for, if not described
     extra = schema.get("additionalProperties")
-    if isinstance(extra, dict) or extra is True:
-        out.add(join(path, WILDCARD))
-        out |= schema_fields(extra if isinstance(extra, dict) else {}, root, join(path, WILDCARD), seen)
+    for any_key in [extra] + list((schema.get("patternProperties") or {}).values()):
+        if isinstance(any_key, dict) or any_key is True:
+            out.add(join(path, WILDCARD))
+            out |= schema_fields(any_key if isinstance(any_key, dict) else {}, root, join(path, WILDCARD), seen)
     items = schema.get("items")
     if isinstance(items, dict):
         out |= schema_fields(items, root, path + "[]", seen)
