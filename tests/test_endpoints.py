@@ -28,7 +28,8 @@ def clean_llm_env(monkeypatch):
 
 
 def messages(i: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"Question: q{i}?\nGold: g{i}\nResponse: r{i}\nCORRECT or WRONG?"}]
+    return [{"role": "user", "content": f"Question: q{i}?\nGold: g{i}\nResponse: r{i}\nCORRECT or WRONG? Reply as JSON "
+                                        'with the key "label".'}]
 
 
 def pooled_client(tmp_path, base_url, *, concurrency=4, cooldown=30.0, name="c.sqlite"):

@@ -50,19 +50,29 @@ def msgs(system: str, user: str) -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+def shape(prompt_id: str) -> str:
+    """The JSON example of a template in common/prompts/ (each line's object from its first ``{"``): what
+    a request of that kind asks for, since the fake's reply may carry only the fields its request names."""
+    text = (PROMPT_DIR / f"{prompt_id}.txt").read_text(encoding="utf-8")
+    return "\n\n" + "\n".join(line[line.index('{"'):] for line in text.splitlines() if '{"' in line)
+
+
+LABEL = '\nReply as JSON with the key "label".'  # the judge prompts name their one field in prose
 PROMPTS = {
     "partition": msgs("You partition a complete dialogue session into episodes. Reply with JSON.",
-                      "Session 1\n" + render_turns()),
+                      "Session 1\n" + render_turns() + shape("partition_user")),
     "partition_repair": msgs("You repair an invalid episode partition. Reply with JSON.",
-                             "Previous output: {bad\nTurns:\n" + render_turns()),
-    "extract": msgs("You are the information-extraction stage. Reply with JSON.", render_turns()),
-    "extract_repair": msgs("You repair invalid extraction JSON.",
-                           "You are the information-extraction stage.\n" + render_turns()),
-    "plan": msgs("You are the query-decomposition stage.", "Question: What did Caroline research?"),
-    "plan_repair": msgs("You repair an invalid retrieval plan.",
-                        "query-decomposition stage\nQuestion: How many children does Melanie have?"),
+                             "Previous output: {bad\nTurns:\n" + render_turns() + shape("partition_repair_user")),
+    "extract": msgs("You are the information-extraction stage. Reply with JSON.",
+                    render_turns() + shape("extract_user")),
+    "extract_repair": msgs("You repair invalid extraction JSON.", "You are the information-extraction stage.\n"
+                           + render_turns() + shape("extract_repair_user")),
+    "plan": msgs("You are the query-decomposition stage.",
+                 "Question: What did Caroline research?" + shape("plan_user")),
+    "plan_repair": msgs("You repair an invalid retrieval plan.", "query-decomposition stage\nQuestion: How many "
+                        "children does Melanie have?" + shape("plan_repair_user")),
     "answer": msgs("Answer only from the supplied memory.", render_turns() + "\nQuestion: What did Caroline do?"),
-    "judge_locomo": msgs("Label the answer CORRECT or WRONG.", "Question: x\nGold: y\nAnswer: z"),
+    "judge_locomo": msgs("Label the answer CORRECT or WRONG.", "Question: x\nGold: y\nAnswer: z" + LABEL),
 }
 # The X-Prompt-Id each prompt above is sent with: the kind comes from the header, never the text.
 PROMPT_IDS = {
@@ -252,7 +262,7 @@ def test_judge_deterministic_and_mixed(server):
     client = make_client(server)
     labels = []
     for i in range(40):
-        m = msgs("Reply CORRECT or WRONG as JSON.", f"Question: q{i}\nAnswer: a{i}")
+        m = msgs("Reply CORRECT or WRONG as JSON.", f"Question: q{i}\nAnswer: a{i}" + LABEL)
         first = json.loads(chat(client, m, "judge_locomo_mem0").choices[0].message.content)
         again = json.loads(chat(client, m, "judge_locomo_mem0").choices[0].message.content)
         assert first == again and set(first) == {"label"}
@@ -271,16 +281,21 @@ def test_unknown_kind_is_bad_request(server):
 def test_kind_comes_from_the_header_not_the_text(server):
     """The messages of a partition prompt sent with a plan id get a plan; the kind is logged too."""
     client = make_client(server)
-    data = json.loads(chat(client, PROMPTS["partition"], "plan_user").choices[0].message.content)
+    # Each text also shows the fields of the kind it is sent as (a reply carries only those).
+    partition_text = [*PROMPTS["partition"][:1], {"role": "user", "content": PROMPTS["partition"][1]["content"]
+                                                   + shape("plan_user")}]
+    data = json.loads(chat(client, partition_text, "plan_user").choices[0].message.content)
     assert "hops" in data and "segments" not in data
     # A repair id selects the repair kind whatever the system message says.
-    data = json.loads(chat(client, PROMPTS["extract"], "partition_repair_user").choices[0].message.content)
+    data = json.loads(chat(client, PROMPTS["extract"] + [{"role": "user", "content": shape("partition_repair_user")}],
+                           "partition_repair_user").choices[0].message.content)
     assert "segments" in data
     assert server.request_kinds == ["plan", "partition_repair"]
     assert [h[PROMPT_ID_HEADER.lower()] for h in server.request_headers] == ["plan_user", "partition_repair_user"]
     for kind in ("judge_lme", "bridge"):
         pid = next(p for p, k in PROMPT_KINDS.items() if k == kind)
-        chat(client, [{"role": "user", "content": "Question: q\n### Episode e1 | t\n[D1:1] A: Bob came"}], pid)
+        chat(client, [{"role": "user", "content": "Question: q\n### Episode e1 | t\n[D1:1] A: Bob came"
+                       + shape("bridge_user")}], pid)
     assert server.request_kinds[-2:] == ["judge_lme", "bridge"]
 
 

@@ -106,7 +106,7 @@ def test_the_generic_fallback_registry_synthesizer_tools_and_text():
     SCHEMA_KINDS["Registered"] = lambda t, schema: {"said": t.splitlines()[-1]}
     try:
         content, calls = generic_reply({"response_format": {"type": "json_schema", "json_schema": {
-            "name": "Registered", "schema": {}}}}, text)
+            "name": "Registered", "schema": {"type": "object", "properties": {"said": {"type": "string"}}}}}}, text)
     finally:
         del SCHEMA_KINDS["Registered"]
     assert json.loads(content) == {"said": "Bob: we moved to Paris"} and calls == []

@@ -37,7 +37,8 @@ JUDGE_PROMPT = "judge_locomo_mem0"  # the X-Prompt-Id these calls are sent with 
 def judge_messages(i: int = 0) -> list[dict[str, str]]:
     return [
         {"role": "system", "content": "You grade answers."},
-        {"role": "user", "content": f"Question: q{i}?\nGold: g{i}\nResponse: r{i}\nLabel it CORRECT or WRONG."},
+        {"role": "user", "content": f"Question: q{i}?\nGold: g{i}\nResponse: r{i}\nLabel it CORRECT or WRONG, as JSON "
+                                    'with the key "label".'},
     ]
 
 

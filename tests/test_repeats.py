@@ -46,8 +46,8 @@ def test_each_run_is_its_own_request_with_seed_42_plus_i_and_a_rerun_pays_nothin
 
 def test_run_index_is_in_the_cache_key_when_the_endpoint_has_no_seed(fake_server, tmp_path):
     client = _client(fake_server, tmp_path, seed=None)
-    keys = {client.complete("judge", [{"role": "user", "content": "x"}], prompt_id="judge_locomo_mem0",
-                            repeat=i).cache_key for i in range(3)}
+    said = [{"role": "user", "content": 'x: JSON with the key "label"'}]
+    keys = {client.complete("judge", said, prompt_id="judge_locomo_mem0", repeat=i).cache_key for i in range(3)}
     assert len(keys) == 3 and fake_server.request_count == 3
     assert all("seed" not in r for r in fake_server.requests)
 

@@ -3,6 +3,7 @@
 * ``server``          - the HTTP server (``FakeOpenAI``), routing, prompt-kind lookup, ``FaultPlan``,
                         ``Capabilities`` (features an endpoint may lack, for ``make doctor``)
 * ``scripted``        - the scripted, schema-valid replies per prompt kind and the prompt-id table
+* ``contract``        - the rule every reply follows: only the fields its request asks for
 * ``instrumentation`` - request log, per-kind counts, in-flight peaks, served latencies
 * ``batches``         - ``/v1/files`` and ``/v1/batches`` (``BatchPlan``: slow, held, expiring, rejected)
 

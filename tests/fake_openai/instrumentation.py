@@ -33,6 +33,9 @@ class Instrumentation:
         self.peak_in_flight_total = 0
         # request index -> seconds from arrival to the reply being sent (chat requests that got one)
         self.latencies: dict[int, float] = {}
+        # (request index, kind, message) of every scripted reply that would have carried a field its
+        # request does not ask for (tests/fake_openai/contract.py); -1 for a batch line. Answered 400.
+        self.contract_violations: list[tuple[int, str, str]] = []
 
     # -- inspection
     @property
@@ -65,6 +68,10 @@ class Instrumentation:
 
     def _log_fault_locked(self, index: int, kind: str, fault: str) -> None:
         self.faults_injected.append((index, kind, fault))
+
+    def _violated(self, index: int, kind: str, message: str) -> None:
+        with self._lock:
+            self.contract_violations.append((index, kind, message))
 
     def _reply(self, index: int, status: int, content: Optional[str]) -> None:
         with self._lock:

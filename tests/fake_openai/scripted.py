@@ -3,6 +3,12 @@
 A chat request's kind comes from its ``X-Prompt-Id`` header (the id of the template in
 ``common/prompts/`` that produced the messages) through ``PROMPT_KINDS``; the reply is derived only
 from the prompt text, so runs are reproducible. Embeddings are deterministic unit vectors.
+
+Every reply carries only the fields its request asks for (``tests/fake_openai/contract.py``): the
+JSON schema it sends, or the JSON its prompt shows. A model sees nothing else, so a reply that filled
+in a field the prompt never names would let code that reads that field pass here and fail on a real
+model. ``scripted_content`` and ``generic_reply`` check each reply they build and raise
+``ContractError`` on such a field.
 """
 from __future__ import annotations
 
@@ -11,7 +17,10 @@ import json
 import math
 import re
 import struct
+from functools import partial
 from typing import Any, Callable, Optional
+
+from tests.fake_openai.contract import check_reply, requested_fields, shown_fields, tool_fields
 
 FAKE_MODEL = "fake-model"
 EMBEDDING_DIM = 32
@@ -214,6 +223,16 @@ def generic_reply(body: dict[str, Any], text: str,
     ``SCHEMA_KINDS`` reply, else a synthesized instance of its json_schema, else a tool call whose
     arguments are valid against the chosen tool's parameters, else the ``TEXT_KINDS_BY_PROMPT`` reply of
     its prompt id, else the ``TEXT_KINDS`` reply of a marker in its prompt, else plain text."""
+    content, calls = _generic_reply(body, text, prompt_id)
+    what = f"the request of {prompt_id or 'no prompt id'}"
+    check_reply(content, lambda: requested_fields(body), what)
+    for call in calls:
+        name = str(call["function"]["name"])
+        check_reply(call["function"]["arguments"], partial(tool_fields, body, name), f"{what} (tool {name})")
+    return content, calls
+
+
+def _generic_reply(body: dict[str, Any], text: str, prompt_id: Optional[str]) -> tuple[str, list[dict[str, Any]]]:
     spec = _json_schema(body)
     if spec is not None:
         builder = SCHEMA_KINDS.get(str(spec.get("name") or ""))
@@ -522,13 +541,15 @@ def reply_count(text: str) -> dict[str, Any]:
 
 
 def reply_count_merge(text: str) -> dict[str, Any]:
-    """Every candidate in scope; one whose name and quantity repeat an earlier one's is its duplicate."""
+    """Every candidate in scope; one whose name and quantity repeat an earlier one's is its duplicate.
+    A confidence goes with the pointer only when the prompt asks for ``dedup_confidence``."""
+    confidence = "items[].dedup_confidence" in shown_fields(text)
     rows: list[dict[str, Any]] = []
     first: dict[tuple[str, str], str] = {}
     for cid, _eid, item, quantity in CANDIDATE_RE.findall(text):
         dup = first.setdefault((item.lower(), quantity.strip()), cid)
-        rows.append({"id": cid, "in_scope": True, "scope_reason": "scripted",
-                     "duplicate_of": dup if dup != cid else "", "dedup_confidence": "high" if dup != cid else ""})
+        rows.append({"id": cid, "in_scope": True, "scope_reason": "scripted", "duplicate_of": dup if dup != cid else "",
+                     **({"dedup_confidence": "high" if dup != cid else ""} if confidence else {})})
     return {"items": rows}
 
 
@@ -649,7 +670,14 @@ def reply_judge_beam_align(text: str) -> str:
 
 
 def scripted_content(kind: str, text: str) -> str:
-    """The normal (unfaulted) message content for a recognised prompt kind."""
+    """The normal (unfaulted) message content for a recognised prompt kind; ``ContractError`` when it
+    would carry a field the prompt text does not ask for."""
+    content = _scripted_content(kind, text)
+    check_reply(content, lambda: shown_fields(text), f"prompt kind {kind!r}")
+    return content
+
+
+def _scripted_content(kind: str, text: str) -> str:
     if kind in ("partition", "partition_repair"):
         return json.dumps(reply_partition(text))
     if kind in ("extract", "extract_repair"):
@@ -800,11 +828,14 @@ def rerank_logprobs(text: str) -> tuple[str, float]:
     return ("True", math.log(1 - 0.5 / (1 + shared))) if shared else ("False", math.log(0.9))
 
 
-def schema_content(kind: str, text: str) -> str:
-    """The reply of a ``schema_kind`` kind."""
+def schema_content(kind: str, body: dict[str, Any], text: str) -> str:
+    """The reply of a ``schema_kind`` kind; ``ContractError`` when it carries a field the request's
+    schema does not declare."""
     if kind == GRAPHITI_RERANK_KIND:
         return rerank_logprobs(text)[0]
-    return json.dumps(GRAPHITI_SCHEMAS[kind.split(":", 1)[1]](text))
+    content = json.dumps(GRAPHITI_SCHEMAS[kind.split(":", 1)[1]](text))
+    check_reply(content, lambda: requested_fields(body), f"schema {kind.split(':', 1)[1]}")
+    return content
 
 
 SCHEMA_CHAT_KINDS = frozenset({f"schema:{n}" for n in GRAPHITI_SCHEMAS} | {GRAPHITI_RERANK_KIND})

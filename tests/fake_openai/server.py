@@ -14,7 +14,10 @@ table ``scripted.PROMPT_KINDS``. A request without a known id whose body says wh
 ``gateway.*`` id, a json_schema ``response_format`` or ``tools``) gets the generic reply
 (``scripted.generic_reply``: a ``SCHEMA_KINDS`` entry, a synthesized schema instance, a tool call);
 any other request without the header, or with an id not in the table, gets
-a 400 ``unknown_prompt_kind`` that names the header. The message text never decides the kind. A
+a 400 ``unknown_prompt_kind`` that names the header. The message text never decides the kind. A reply
+carries only the fields its request asks for (``contract.py``: its JSON schema, or the JSON its prompt
+shows); a scripted reply that would carry another is the fake's own defect, answered with a 400
+``fake_reply_contract`` naming the fields and logged in ``contract_violations``. A
 ``FaultPlan`` injects HTTP errors, slow answers, broken content and broken response bodies so
 retry/repair paths can be tested; ``Capabilities`` makes it a server that lacks a feature (JSON
 mode, JSON-schema ``response_format``, ``seed``, deterministic replies, a model) or sends rate-limit
@@ -41,6 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 
 from tests.fake_openai.batches import FakeBatches, parse_multipart
+from tests.fake_openai.contract import ContractError
 from tests.fake_openai.instrumentation import Instrumentation
 from tests.fake_openai.scripted import (
     EMBEDDING_DIM,
@@ -75,6 +79,7 @@ BODY_FAULTS = frozenset({"truncated_body", "html_body", "no_choices"})
 ALL_FAULTS = HTTP_FAULTS | CONTENT_FAULTS | BODY_FAULTS | {"timeout"}
 NO_FAULT = frozenset({"", "ok", "none"})  # script entries that mean "answer normally"
 MALFORMED_CONTENT = "Sure! here it is: {oops"
+CONTRACT_CODE = "fake_reply_contract"  # the error code of a scripted reply that broke the contract
 
 
 @dataclass
@@ -364,12 +369,16 @@ class _Handler(BaseHTTPRequestHandler):
             fake._sleep(fake.faults.timeout_seconds if fake.faults else 2.0)
         text = prompt_text(messages)
         tool_calls: list[dict[str, Any]] = []
-        if kind in SCHEMA_CHAT_KINDS:
-            content = schema_content(kind, text)
-        elif kind == GENERIC_KIND:
-            content, tool_calls = generic_reply(body, text, prompt_id)
-        else:
-            content = scripted_content(kind, text)
+        try:
+            if kind in SCHEMA_CHAT_KINDS:
+                content = schema_content(kind, body, text)
+            elif kind == GENERIC_KIND:
+                content, tool_calls = generic_reply(body, text, prompt_id)
+            else:
+                content = scripted_content(kind, text)
+        except ContractError as exc:
+            self._contract_violation(index, kind, exc, started)
+            return
         if not fake.capabilities.deterministic:
             content = _vary(content, index)
         finish_reason = "stop"
@@ -415,6 +424,18 @@ class _Handler(BaseHTTPRequestHandler):
         fake._served(index, started)
 
 
+    def _contract_violation(self, index: int, kind: str, exc: ContractError, started: float) -> None:
+        """A scripted reply that would carry a field its request never asks for is the fake's own
+        defect: it is recorded (``contract_violations``) and answered with a 400 naming the fields,
+        never sent (a 400, so the client does not retry it)."""
+        fake = self.server.fake
+        fake._violated(index, kind, str(exc))
+        error = _error_body(str(exc), "invalid_request_error", CONTRACT_CODE)
+        fake._reply(index, 400, json.dumps(error))
+        self._send_json(400, error)
+        fake._served(index, started)
+
+
 def _logprobs(kind: str, text: str) -> dict[str, Any]:
     """``choices[0].logprobs`` of a request asking for them (graphiti's reranker reads the top two)."""
     token, logprob = rerank_logprobs(text) if kind == GRAPHITI_RERANK_KIND else ("Unknown", 0.0)
@@ -425,13 +446,15 @@ def _logprobs(kind: str, text: str) -> dict[str, Any]:
 
 
 def _vary(content: str, n: int) -> str:
-    """The reply of a non-deterministic server: the n-th reply differs from every other (a JSON
-    object stays one, with an extra key)."""
+    """The reply of a non-deterministic server: the n-th reply differs from every other. A JSON object
+    stays one with the same keys (a reply carries only the fields its request asks for): the counter
+    goes into its first string value."""
     try:
         obj = json.loads(content)
     except json.JSONDecodeError:
         return f"{content} ({n})"
-    return json.dumps({**obj, "_n": n}) if isinstance(obj, dict) else f"{content} ({n})"
+    key = next((k for k, v in obj.items() if isinstance(v, str)), None) if isinstance(obj, dict) else None
+    return json.dumps({**obj, key: f"{obj[key]} ({n})"}) if key is not None else f"{content} ({n})"
 
 
 class _Server(ThreadingHTTPServer):
@@ -565,7 +588,11 @@ class FakeOpenAI(Instrumentation):
             message, type_, code = _HTTP_FAULT_BODIES[fault]
             return int(fault), _error_body(message.replace("{key}", "***"), type_, code)
         text = prompt_text(body.get("messages") or [])
-        content = scripted_content(kind, text)
+        try:
+            content = scripted_content(kind, text)
+        except ContractError as exc:
+            self._violated(-1, kind, str(exc))
+            return 400, _error_body(str(exc), "invalid_request_error", CONTRACT_CODE)
         if fault == "malformed":
             content = MALFORMED_CONTENT
         elif fault == "truncated":
