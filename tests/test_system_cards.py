@@ -19,7 +19,7 @@ from common.evaluation.labels import load_labels
 from common.evaluation.stats import pair_labels
 from common.systems import card_docs, cards, envs, identity, registry
 from common.systems.base import Context
-from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages
+from tests.conftest import REPO, TINY_LOCOMO, run_overrides, run_stages
 from tests.test_process_systems import FIXTURES, child_env  # noqa: F401 - the module's fixture
 from tests.test_system_protocols import CARD
 
@@ -190,3 +190,12 @@ def test_a_run_made_before_identities_were_recorded_still_gets_a_row(tmp_path):
 def test_card_paths_are_written_from_the_project_root():
     assert cards.relative(REPO / "systems" / "letta" / "card.yaml") == "systems/letta/card.yaml"
     assert cards.relative(Path("/elsewhere/card.yaml")) == "/elsewhere/card.yaml"
+
+
+def test_on_ray_the_memories_manifests_keep_one_identity_not_a_sum_of_departures():
+    from common.pipeline import ray_executor
+
+    ran = {"name": "letta", "protocol": "native", "version": "0.16.8", "departures": 2,
+           "card": "systems/letta/card.yaml"}
+    merged = ray_executor._merge_extra([{"system": ran, "new_rows": 1}, {"system": dict(ran), "new_rows": 2}])
+    assert merged["system"] == ran and merged["new_rows"] == 3
