@@ -156,3 +156,9 @@ def test_the_real_minilm_windows_keep_what_truncation_drops():
     assert float(truncated @ painting) < float(windowed @ painting) - 0.1
     assert float(windowed @ painting) > 0.5 * float(windowed @ hiking)
     assert cut.stats.truncated == 1 and whole.stats.windowed == 1
+
+
+def test_the_onnx_runtime_reads_the_same_limit_without_exporting(tmp_path):
+    backend = emb.OnnxBackend("all-MiniLM-L6-v2", tmp_path / "onnx")
+    got = backend.token_limit()
+    assert got is not None and got.limit == 256 and got.over(LONG) and not list(tmp_path.glob("onnx/*"))

@@ -199,3 +199,15 @@ def test_on_ray_the_memories_manifests_keep_one_identity_not_a_sum_of_departures
            "card": "systems/letta/card.yaml"}
     merged = ray_executor._merge_extra([{"system": ran, "new_rows": 1}, {"system": dict(ran), "new_rows": 2}])
     assert merged["system"] == ran and merged["new_rows"] == 3
+
+
+def test_a_childs_own_depth_wins_over_the_limit_it_is_sent(tmp_path):
+    from common.systems import process
+
+    cfg = load_config(["configs/locomo.yaml"], ["systems.protocol=native"])
+    child = process.process_class("demo")(Context(cfg, tmp_path, tmp_path / "state", lambda: None))
+    assert child.search_settings() is None and child.version() is None  # no hello yet: nothing to check
+    child.hello = {"version": "2.0.33", "settings": {"top_k": 20, "mode": "fast"}}
+    assert child.search_settings() == {"top_k": 20, "mode": "fast"} and child.version() == "2.0.33"
+    child.hello = {"version": "1", "settings": {"mode": "fast"}}
+    assert child.search_settings() == {"limit": 10, "mode": "fast"}

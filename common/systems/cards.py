@@ -13,7 +13,8 @@ protocols it applies to, so a row can say how many departures its protocol run h
 
 A card cannot silently lie about what the adapter does (``check``): under each protocol, the
 adapter's resolved settings (``MemorySystem.search_settings()``: an in-process system's
-``settings()``, a child's hello ``settings`` and its ``limit``) are compared with the card's
+``settings()``; a child's hello ``settings``, and the ``limit`` it is sent unless those name a
+depth of their own) are compared with the card's
 ``search.<protocol>.settings`` (adapter setting names, exact values: every one must be reported
 and equal) and with its ``k`` (a number, when those settings name no depth and the adapter reports exactly one
 of ``k``, ``top_k``, ``limit``).

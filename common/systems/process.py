@@ -309,11 +309,13 @@ class ProcessSystem(MemorySystem):
                                                **{k: v for k, v in self.hello.items() if k != "ok"}}}
 
     def search_settings(self) -> Optional[dict[str, Any]]:
-        """The child's own resolved settings (its hello's ``settings``) over the ``limit`` it is
-        sent; None before any child said hello in this invocation (a resumed run)."""
+        """The child's own resolved settings (its hello's ``settings``), and the ``limit`` it is sent
+        unless those name a depth of their own (``k``, ``top_k``: the adapter decides it); None
+        before any child said hello in this invocation (a resumed run)."""
         if not self.hello:
             return None
-        return {"limit": self.limit, **(self.hello.get("settings") or {})}
+        own = dict(self.hello.get("settings") or {})
+        return own if any(k in own for k in ("k", "top_k", "limit")) else {"limit": self.limit, **own}
 
     def version(self) -> Optional[str]:
         return str(self.hello["version"]) if self.hello.get("version") else None
