@@ -144,6 +144,8 @@ def test_metrics_embedding_block_adds_each_stages_counts(tmp_path):
     assert block["over_limit_total"] == 13 and block["long_texts"] == "truncate" and block["max_length"] == 256
 
 
+# On the worker that already loaded the model for tests/test_tokens_embeddings.py (one load per process).
+@pytest.mark.xdist_group("tests.test_tokens_embeddings")
 def test_the_real_minilm_windows_keep_what_truncation_drops():
     """The real model: a session whose second half is about painting. Truncated, it is embedded from
     its hiking half only; as windows, it is as close to painting as to hiking."""

@@ -107,7 +107,7 @@ def both_protocols(child_env):  # noqa: F811
             sets = run_overrides(tmp, TINY_LOCOMO, **{
                 "method.name": "stdlib_turns", "embedding.backend": "openai", "embedding.model": "fake-embed",
                 "embedding.base_url": fake.base_url, "run.name": protocol, "systems.protocol": protocol,
-                "method.options": json.dumps({"answers": True})})
+                "data.memories": "[tiny-1]", "method.options": json.dumps({"answers": True})})
             out[protocol] = run_stages("configs/locomo.yaml", sets)
         # the same system told to rank otherwise, and to keep 5: its card (cosine, k 10) no longer says what runs
         sets = run_overrides(tmp, TINY_LOCOMO, **{
