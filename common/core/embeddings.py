@@ -187,6 +187,14 @@ class SentenceTransformerBackend:
         """The model's limit in word pieces, from its local ``tokenizer.json`` (no weights loaded),
         else from the loaded model's own tokenizer."""
         path = Path(resolve_model_path(self.model))
+        if not path.is_dir():  # a hub model: its cached tokenizer.json, so a cached rerun loads no weights
+            try:
+                from huggingface_hub import try_to_load_from_cache
+
+                cached = try_to_load_from_cache(self.model, "tokenizer.json")
+                path = Path(cached).parent if isinstance(cached, str) else path
+            except ImportError:  # pragma: no cover - sentence-transformers depends on it
+                pass
         local = long_texts.TokenLimit.from_dir(path, self.max_length) if path.is_dir() else None
         if local is not None:
             return local
