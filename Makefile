@@ -66,7 +66,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: system-env test-systems-all help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep
+        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep system-cards
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -302,6 +302,9 @@ bench-embeddings:  ## texts/s of the index build per embedding runtime (torch, o
 system-env: $(VENV)/.installed  ## a memory system's own environment, .systems/$(NAME)/venv from systems/$(NAME)/requirements.txt (NAME=<system>; a run builds it on first use)
 	@test -n "$(NAME)" || { echo "usage: make system-env NAME=<system> (a folder of systems/)"; exit 2; }
 	$(PY) -m common.systems.envs $(NAME)
+
+system-cards: $(VENV)/.installed  ## docs/memory-systems.md's protocol cards, rendered again from the card files (a test checks the page is current)
+	$(PY) -m common.systems.card_docs --write
 
 lint: $(VENV)/.installed  ## ruff and mypy, configured in pyproject.toml (both must be clean; installs first if needed)
 	$(VENV)/bin/python -m ruff check .

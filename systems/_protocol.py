@@ -7,7 +7,8 @@ of the harness is installed. An adapter puts this directory on ``sys.path`` and 
 JSON lines on stdin/stdout, one request then one reply:
 
 * ``{"op": "hello", "options": {...}, "protocol": "common"|"native"}`` -> ``{"ok": true, "system": ...,
-  "version": ..., "answers": <bool>}``
+  "version": ..., "answers": <bool>, "settings": {...}}`` (``settings``: what the adapter resolved
+  under this protocol, e.g. ``{"top_k": 20, "mode": "fast"}``, checked against the system's card)
 * ``{"op": "ingest", "memory_id", "sessions": [{"session_id", "date", "turns": [{"turn_id",
   "speaker", "text"}]}]}`` -> ``{"ok": true, "items": <int>, "errors": [<str>, ...]}``
 * ``{"op": "search", "memory_id", "question", "question_date", "limit"}`` -> ``{"ok": true,
@@ -105,6 +106,11 @@ class Adapter:
     def version(self) -> str:
         return "?"
 
+    def settings(self) -> dict[str, Any]:
+        """The search settings this adapter resolved from ``protocol`` and ``options`` (its card's
+        ``search.<protocol>.settings`` names some of them: the harness checks they agree)."""
+        return {}
+
     def note_built(self, **counts: Any) -> None:
         self._built = {**getattr(self, "_built", {}), **counts}
 
@@ -172,7 +178,7 @@ def serve(adapter: Adapter) -> None:
                 adapter.protocol = str(request.get("protocol") or "common")
                 adapter.options = dict(request.get("options") or {})
                 reply({"ok": True, "system": adapter.system, "version": adapter.version(),
-                       "answers": bool(adapter.answers)})
+                       "answers": bool(adapter.answers), "settings": dict(adapter.settings())})
             elif op == "ingest":
                 adapter.take_notes()
                 with _errors_logged() as catcher:

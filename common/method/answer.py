@@ -168,6 +168,16 @@ def native_answer(question: Question, retrieval: RetrievalRow, model: str, syste
     return row
 
 
+def retrieval_failed(question: Question, retrieval: RetrievalRow, model: str) -> Optional[AnswerRow]:
+    """The answer row of a question whose memory system failed in 06 (its ingestion or its search
+    raised: ``method_info.failed``): no answer call, a counted failure (``retrieval_failed``) that
+    the next run redoes once 06 has. None for every other row."""
+    if not (retrieval.error and retrieval.method_info.get("failed")):
+        return None
+    return AnswerRow(qid=question.qid, memory_id=question.memory_id, question=question.question, answer=None,
+                     model=model, prompt_id="retrieval_failed", error=f"retrieval_failed: {retrieval.error}")
+
+
 def _date_line(question: Question) -> str:
     return f"Question date: {question.question_date}\n" if question.question_date else ""
 

@@ -216,7 +216,10 @@ def dominant_cause(run: Run, role: str | None, failed_rows: list[dict[str, Any]]
         except (EndpointNotConfigured, ValueError):
             pass
     hint = cause_hint(cause, url)
-    return f"; most failed with {cause} ({k} of {len(failed_rows)} rows){': ' + hint if hint else ''}"
+    # The first such row's own words: a memory system's failure names what it raised.
+    first = next((" ".join(str(r.get("error") or "").split()) for r in failed_rows if error_cause(r) == cause), "")
+    return (f"; most failed with {cause} ({k} of {len(failed_rows)} rows){': ' + hint if hint else ''}"
+            + (f"; the first: {first[:300]}" if first and first != cause else ""))
 
 
 def summary_line(name: str, rows: list, resumed: int, new: int, failed: int, out: Path, started: float,

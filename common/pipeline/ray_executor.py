@@ -49,6 +49,7 @@ from common.core.schema import Session, from_dict
 from common.method.dedup import session_content_key
 from common.pipeline import engine
 from common.pipeline.graph import Stage
+from common.systems import identity
 
 MAX_RETRIES = 3  # a task whose worker died is run again (Ray's system-failure retries)
 # Per-memory directories a stage writes besides its rows: the index (04), a system's state (06).
@@ -513,6 +514,8 @@ def _merge_extra(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     for settings in (out.get("ingest"),):  # a setting, not a count
         if isinstance(settings, dict) and "concurrency" in settings:
             settings["concurrency"] = next(m["ingest"]["concurrency"] for m in manifests if "ingest" in m)
+    if identity.MANIFEST_KEY in out:  # what ran is one system for every memory: not a sum of departures
+        out[identity.MANIFEST_KEY] = next(m[identity.MANIFEST_KEY] for m in manifests if identity.MANIFEST_KEY in m)
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any, Optional
 from common.benchmarks import checksums
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
-from common.core import artifacts, fingerprint, progress, sources
+from common.core import artifacts, fingerprint, long_texts, progress, sources
 from common.core.config import to_yaml
 from common.core.io import read_jsonl, write_json, write_jsonl
 from common.core.llm import LLMClient
@@ -65,7 +65,7 @@ from common.pipeline.engine import (
 )
 from common.pipeline.graph import IDS as ID  # manifest and summary names: declared in the graph only
 from common.pipeline.graph import by_name
-from common.systems import outcomes
+from common.systems import cards, failures, identity, outcomes
 from common.systems.base import Context, MemorySystem, Spent, cap_buffer
 from common.systems.gateway import Gateway
 from common.systems.registry import system_class, uses_stage
@@ -177,13 +177,15 @@ def index(run: Run) -> None:
             rows.append(old[mid])
             reused += 1
             continue
-        idx = build_index(views[mid], eps_by[mid], recs_by[mid], emb, run.cfg.index.chunk_turns,
-                          run.cfg.index.chunk_stride, run.cfg.episodes.include_images)
+        with long_texts.tallying(long_texts.Tally()) as over:  # texts over the model's limit, counted
+            idx = build_index(views[mid], eps_by[mid], recs_by[mid], emb, run.cfg.index.chunk_turns,
+                              run.cfg.index.chunk_stride, run.cfg.episodes.include_images)
         idx.save(directory)
         write_json(directory / "vocabulary.json", idx.vocabulary)
         rows.append({"memory_id": mid, "fingerprint": fp, "path": str(directory.relative_to(run.dir)),
                      "episodes": len(idx.episodes), "records": len(idx.records), "chunks": len(idx.chunk_episode),
-                     "properties": len(idx.vocabulary), "embedding_model": idx.embedding_model})
+                     "properties": len(idx.vocabulary), "embedding_model": idx.embedding_model,
+                     **({"long_texts": over.count} if over.count else {})})
     write_jsonl(out, rows)
     manifest(run, ID["index"], inputs=[run.path("episodes"), run.path("records")], outputs=[out],
                    rows=len(rows), started=started,
@@ -267,8 +269,10 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
     Up to ``systems.ingest_concurrency`` memories are ingested at the same time (a memory's own
     calls stay in its system's order). A killed run continues at the memories without a marker;
     such a memory's partial state is wiped and built again (its finished LLM calls come from the
-    cache). When one memory fails, no further memory is started; those already running finish
-    and keep their markers, then the first failure is raised.
+    cache). An outside system's failure on one memory is that memory's (``failed.json``, returned
+    under ``failed``: its questions become failed rows) and the others go on
+    (``common.systems.failures``); an interrupt or an error of the harness's own starts no further
+    memory, lets those running finish and keep their markers, then is raised.
     """
     if not system.ingests():
         return {}
@@ -283,28 +287,38 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
         else:
             todo.append((mid, d))
     failed = threading.Event()
+    lost: dict[str, dict[str, Any]] = {}  # memories whose ingestion failed this time (the system's failure)
 
     def one(mid: str, d: str) -> Optional[Spent]:
-        if failed.is_set():  # left for the rerun, like every memory after a failure
+        if failed.is_set():  # left for the rerun, like every memory after an interrupt
             return None
         state = system.ctx.state_dir / mid
+        account = outcomes.Account()
         try:
             shutil.rmtree(state, ignore_errors=True)
             state.mkdir(parents=True)
             # Every call through ctx.llm and every error the system logs lands in this memory's
             # account, whatever the system itself reports.
-            with outcomes.active(outcomes.Account()) as account:
+            with outcomes.active(account):
                 used = system.ingest(views[mid], state)
             _count_recorded(used, account)
             write_json(state / "ingested.json", {"memory_id": mid, "digest": d, "spent": dataclasses.asdict(used),
                                                  "outcome": account.outcome()})
         except BaseException as exc:
-            failed.set()
-            # Counted with its cause (a process system's child_crash, child_timeout, ...); the
-            # next run wipes the memory's state, this file with it, and ingests it again.
-            write_json(state / "failed.json", {"memory_id": mid, "cause": getattr(exc, "cause", type(exc).__name__),
-                                               "error": " ".join(str(exc).split())[:500]})
-            raise
+            own = not (system.outside and failures.contained(exc))
+            # Counted with its cause (system_error, a process system's child_crash, ...); the next
+            # run wipes the memory's state, this file with it, and ingests it again.
+            record = {"memory_id": mid, "digest": d, "error": failures.message(exc),
+                      "cause": getattr(exc, "cause", type(exc).__name__) if own else failures.cause_of(exc),
+                      "outcome": account.outcome(), **({} if own else {"traceback": failures.trace(exc)})}
+            write_json(state / "failed.json", record)
+            if own:
+                failed.set()
+                raise
+            lost[mid] = record
+            print(f"{ID['retrieve']}: ingestion of {mid} failed ({failures.message(exc, 200)}); its questions are "
+                  f"counted failures and the next run ingests it again", flush=True)
+            return None
         print(f"{ID['retrieve']}: ingested {mid} ({used.calls} calls, {used.seconds:.1f}s)", flush=True)
         return used
 
@@ -328,8 +342,8 @@ def _ingest(run: Run, system: MemorySystem, views: dict[str, MemoryView], memory
                 done[mid] = d
     if first_error is not None:
         raise first_error
-    return {"digests": done, "memories": len(memory_ids), "resumed": resumed, "new": len(memory_ids) - resumed,
-            "concurrency": run.cfg.systems.ingest_concurrency,
+    return {"digests": done, "failed": lost, "memories": len(memory_ids), "resumed": resumed,
+            "new": len(memory_ids) - resumed, "concurrency": run.cfg.systems.ingest_concurrency,
             "spent_this_time": spent.totals(), "wall_seconds": round(time.time() - started, 2)}
 
 
@@ -366,16 +380,21 @@ def retrieve(run: Run) -> None:
 
 
 def _retrieve_rows(run: Run, system: MemorySystem, questions: list[Question], views: dict[str, MemoryView]) -> None:
+    if system.outside:
+        cards.load(system.name)  # a broken protocol card stops here, in one line naming its file and field
     ingested = _ingest(run, system, views, list(dict.fromkeys(q.memory_id for q in questions)))
-    by_memory = ingested.get("digests", {})
+    lost = ingested.get("failed", {})  # memories whose ingestion failed now: their questions fail
+    by_memory = {**ingested.get("digests", {}), **{m: r["digest"] for m, r in lost.items()}}
     lock = threading.Lock()
     if system.role:
         system.ctx.llm = outcomes.Recorder(_CallsOutsideLock(run.llm, lock))
     budget = run.cfg.systems.buffer_tokens
 
     def work(q: Question) -> RetrievalRow:
+        if q.memory_id in lost:
+            return failures.ingest_failed_row(q, system.name, lost[q.memory_id])
         with lock, outcomes.active(outcomes.Account()) as account:
-            row = system.row(q, views[q.memory_id])
+            row = failures.search_row(system, q, views[q.memory_id])  # an outside system's exception: a failed row
         row.llm_calls = outcomes.merge_calls(list(row.llm_calls), account.calls)
         if searched := account.search_outcome():  # errors met and fallbacks taken while searching
             row.method_info = {**row.method_info, "outcome": searched}
@@ -388,10 +407,18 @@ def _retrieve_rows(run: Run, system: MemorySystem, questions: list[Question], vi
     extra = system.extra()
     extra["system_role"] = system.role
     if ingested:
-        extra["ingest"] = {k: v for k, v in ingested.items() if k != "digests"}
-    run_rows(run, ID["retrieve"], run.path("retrievals"), "qid", questions, lambda q: q.qid, work,
-             system.role, system.inputs(), lambda r: r.get("fallback_used", False),
-             digest_fn=row_digest, extra=extra)
+        extra["ingest"] = {k: v for k, v in ingested.items() if k not in ("digests", "failed")}
+        extra["ingest"]["failed"] = {m: r["cause"] for m, r in lost.items()}
+    previous = identity.recorded(run.dir)
+    # The errors an outside system logs while it searches count in that question's account, as
+    # those it logs while ingesting count in the memory's.
+    try:
+        with outcomes.capture_logged_errors() if system.outside else contextlib.nullcontext():
+            run_rows(run, ID["retrieve"], run.path("retrievals"), "qid", questions, lambda q: q.qid, work,
+                     system.role, system.inputs(), lambda r: r.get("fallback_used", False),
+                     digest_fn=row_digest, extra=extra)
+    finally:  # what ran (protocol, version, card, departures), said even when the stage stops
+        identity.record(run.dir, system, run.cfg, previous)
 
 
 # ----------------------------------------------------------------------------- 07
@@ -442,7 +469,8 @@ def answer(run: Run) -> None:
                             json.dumps(dataclasses.asdict(ac.routes), sort_keys=True)
                             if steps.routes != Routes() else "") if s]
     run_rows(run, ID["answer"], run.path("answers"), "qid", questions, lambda q: q.qid,
-               lambda q: (native and answer_mod.native_answer(q, rets[q.qid], memory_model, run.cfg.method.name))
+               lambda q: answer_mod.retrieval_failed(q, rets[q.qid], run.cfg.role("answer").model)
+               or (native and answer_mod.native_answer(q, rets[q.qid], memory_model, run.cfg.method.name))
                or answer_mod.answer_question(run.llm, q, plans[q.qid].plan if plans else None,
                                              rets[q.qid], style, steps, pools.get(q.memory_id)),
                "answer", [run.path("retrievals")], lambda r: r["answer"] is None or bool(r["error"]),
@@ -504,8 +532,12 @@ def aggregate(run: Run) -> None:
     metrics["coverage"] = scoring.coverage(run.cfg.benchmark, first["overall"]["n"], dataclasses.asdict(run.cfg.data),
                                            missing=(first.get("failures") or {}).get("missing_judgment", 0))
     metrics["dataset"] = checksums.run_dataset(adapter(run.cfg.benchmark), run.cfg, dataset_sha256(run))
-    # The memory system's outcomes (empty memories and buffers, ingestion errors), counted.
+    # What ran as the memory system (protocol, version, card and departures, embedding model) and
+    # its outcomes (empty memories and buffers, errors, failures, fallbacks, what it built), counted.
+    ran = identity.of_run(run.dir)
+    metrics["system"] = {**ran, "line": identity.label(ran)}  # the line under every score table says it too
     metrics["memory_system"] = outcomes.summary(run.dir)
+    metrics["embedding"] = identity.embedding_block(run.dir, run.cfg)
     led, ledger_files = ledger.write(run.dir)
     metrics["ledger"] = {"total": led["total"], "efficiency": led["efficiency"], "file": "ledger.json"}
     note = run.cfg.run.note

@@ -40,6 +40,7 @@ from common.evaluation.metrics import locomo_f1
 from common.pipeline.experiments import MAIN_CONFIGS, resolve_run
 from common.pipeline.importer import SOURCE_FILE
 from common.report.compare import _pick_judge, compare_runs
+from common.systems import identity
 
 Corrected = Mapping[str, Sequence[str]]  # qid -> corrected evidence dia ids (errata)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -376,6 +377,7 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
     text = env.get_template(TEMPLATE).render(
         page=page, metrics=metrics, cells=_accuracy_cells(metrics, chosen, benchmark), judge_block=judge_block,
         loss=loss, chart=_chart(loss), diff=diff, data_json=blob, n_questions=len(data["questions"]), source=source,
+        system_problems=identity.problems(metrics.get("system") or {}),
         fmt_pct=lambda x: "n/a" if x is None else f"{100 * x:.1f}", esc=html.escape)
     target = Path(out) if out else run_dir / "report" / "index.html"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -125,7 +125,8 @@ class MemorySystem:
     (graph stages it runs; at least ``PROTOCOL_STAGES``), ``role`` (the LLM role it calls
     through ``ctx.llm``, ``"memory"`` for outside systems, else None), ``reads_gold`` (only
     the oracle), ``uses_gateway`` (the system brings its own OpenAI client, pointed at
-    ``ctx.gateway``; its calls are made under ``role``).
+    ``ctx.gateway``; its calls are made under ``role``), ``outside`` (False only for the
+    harness's own methods).
     """
 
     name: str = ""
@@ -133,6 +134,10 @@ class MemorySystem:
     role: Optional[str] = None
     reads_gold: ClassVar[bool] = False
     uses_gateway: ClassVar[bool] = False
+    # An outside system (not the harness's own EnSIMem and baselines): its exceptions in ingest and
+    # search are counted failures of that memory or question (common.systems.failures), and the
+    # errors it logs while searching are counted too; the harness's own code raises as it always did.
+    outside: ClassVar[bool] = True
     # Under ``systems.protocol: native``, the answer prompt of the system's reference evaluation
     # (``answer.prompt`` style: ``mem0``, or ``<name>`` for common/prompts/answer_<name>_user.txt);
     # None: the harness's prompt under both protocols.
@@ -159,6 +164,17 @@ class MemorySystem:
         """Everything that changes this system's output: a change re-ingests and redoes rows
         (the native protocol too; the common one is left out so earlier runs keep their digests)."""
         return {**self.ctx.options, **({"protocol": self.protocol} if self.protocol != "common" else {})}
+
+    def search_settings(self) -> Optional[dict[str, Any]]:
+        """The settings this run's search resolved to (``top_k``, ``mode``, ...), checked against the
+        system's protocol card (``common.systems.cards.check``); None when they cannot be read now.
+        Default: ``settings()``, where the registered adapters keep their resolved options."""
+        return self.settings()
+
+    def version(self) -> Optional[str]:
+        """The system's version as it runs here, when the system itself says (a child's hello);
+        None: the harness reads it from the installed package its card names."""
+        return None
 
     def ingest(self, view: MemoryView, state_dir: Path) -> Spent:
         """Build this memory's state under ``state_dir`` (empty at the call). Default: nothing."""

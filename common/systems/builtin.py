@@ -21,7 +21,13 @@ from common.method.routes import Routes
 from common.systems.base import PROTOCOL_STAGES, Context, MemorySystem
 
 
-class EnSIMem(MemorySystem):
+class _Own(MemorySystem):
+    """The harness's own methods: an exception in them is a bug of the harness, and stops the run."""
+
+    outside = False
+
+
+class EnSIMem(_Own):
     """The paper's method: 02-05 build episodes, records, the index and plans; 06 retrieves."""
 
     name = "ensimem"
@@ -63,7 +69,7 @@ class EnSIMem(MemorySystem):
                                                                       self.ctx.cfg.retrieve.bridge_question))
 
 
-class FullContext(MemorySystem):
+class FullContext(_Own):
     """Every session, oldest dropped first beyond ``method.context_tokens``."""
 
     name = "full_context"
@@ -72,7 +78,7 @@ class FullContext(MemorySystem):
         return baselines.full_context(question, view, self.ctx.cfg.method.context_tokens, self.ctx.include_images)
 
 
-class RagTurns(MemorySystem):
+class RagTurns(_Own):
     """Dense top ``method.rag_k`` single turns."""
 
     name = "rag_turns"
@@ -89,7 +95,7 @@ class RagTurns(MemorySystem):
                                                             self.ctx.include_images)
 
 
-class NoMemory(MemorySystem):
+class NoMemory(_Own):
     """An empty buffer: closed book."""
 
     name = "no_memory"
@@ -98,7 +104,7 @@ class NoMemory(MemorySystem):
         return baselines.no_memory(question, view)
 
 
-class Oracle(MemorySystem):
+class Oracle(_Own):
     """Only the gold evidence turns: the labelled upper bound, the one system that reads gold."""
 
     name = "oracle"

@@ -11,6 +11,16 @@ reference used, and every departure of the harness with its reason and the proto
 is the system's); ``native`` runs each system as its reference does. A departure lists the
 protocols it applies to, so a row can say how many departures its protocol run has.
 
+A card cannot silently lie about what the adapter does (``check``): under each protocol, the
+adapter's resolved settings (``MemorySystem.search_settings()``: an in-process system's
+``settings()``; a child's hello ``settings``, and the ``limit`` it is sent unless those name a
+depth of their own) are compared with the card's
+``search.<protocol>.settings`` (adapter setting names, exact values: every one must be reported
+and equal) and with its ``k`` (a number, when those settings name no depth and the adapter reports exactly one
+of ``k``, ``top_k``, ``limit``).
+Every run does it (a disagreement is printed, and shown beside the row in metrics.json and the
+systems table); ``tests/test_system_cards.py`` does it for every in-process system and protocol.
+
 The schema (YAML)::
 
     system: mem0                      # the name method.name takes
@@ -28,7 +38,7 @@ The schema (YAML)::
     ingest: {unit: ..., speakers: ..., dates: ..., captions: ...}
     search:
       common: {call: ..., k: 10, mode: ...}
-      native: {call: ..., k: 30, mode: ...}
+      native: {call: ..., k: 30, mode: ..., settings: {top_k: 30}}
     rendering: ...
     answer:
       reference: mem0's ANSWER_PROMPT
@@ -175,3 +185,65 @@ def load(name: str) -> Optional[Card]:
     if card.system != name:
         raise ConfigError(f"{path}: field 'system' is {card.system!r}, the card of {name!r} must say {name!r}")
     return card
+
+
+def all_names() -> list[str]:
+    """The systems that carry a card: ``common/systems/cards/<name>.yaml`` and ``systems/<name>/card.yaml``."""
+    own = [p.stem for p in sorted(CARD_DIR.glob("*.yaml"))]
+    return own + [n for n in envs.names() if (envs.system_dir(n) / "card.yaml").is_file() and n not in own]
+
+
+def relative(path: str | Path) -> str:
+    """A card's path from the project's root (as written in tables and docs), else as given."""
+    p = Path(path).resolve()
+    return str(p.relative_to(envs.REPO)) if p.is_relative_to(envs.REPO) else str(path)
+
+
+# The adapter settings a card's ``k`` is read from (the name each adapter gives its search depth).
+K_NAMES = ("k", "top_k", "limit")
+
+
+@dataclass(frozen=True)
+class Check:
+    """A card against an adapter's resolved settings under one protocol."""
+
+    checked: dict[str, Any]  # what agreed: card key -> value
+    mismatches: tuple[str, ...]  # "top_k: card 30, adapter 10"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"checked": self.checked, "mismatches": list(self.mismatches)}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return str(a).strip().lower() == str(b).strip().lower()
+
+
+def check(card: Card, protocol: str, resolved: dict[str, Any]) -> Check:
+    """``card``'s declared search settings for ``protocol`` against what the adapter resolved."""
+    declared = card.search.get(protocol) or {}
+    checked: dict[str, Any] = {}
+    wrong: list[str] = []
+    settings = declared.get("settings") or {}
+    if not isinstance(settings, dict):
+        wrong.append(f"search.{protocol}.settings: not a mapping")
+        settings = {}
+    for key, value in settings.items():
+        if key not in resolved:
+            wrong.append(f"{key}: card {value!r}, not reported by the adapter")
+        elif not _same(value, resolved[key]):
+            wrong.append(f"{key}: card {value!r}, adapter {resolved[key]!r}")
+        else:
+            checked[key] = value
+    # The card's k, when its settings name no depth of their own, against the adapter's only one.
+    k_names = [n for n in K_NAMES if n in resolved] if not any(n in settings for n in K_NAMES) else []
+    k = declared.get("k")
+    if isinstance(k, (int, float)) and not isinstance(k, bool) and len(k_names) == 1:
+        if _same(k, resolved[k_names[0]]):
+            checked["k"] = k
+        else:
+            wrong.append(f"k: card {k!r}, adapter {k_names[0]} {resolved[k_names[0]]!r}")
+    return Check(checked, tuple(wrong))

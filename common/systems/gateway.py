@@ -12,7 +12,9 @@ harness's tools, so the system is as visible as one that takes ``ctx.llm``:
   (a reply's logprobs are cached with it and returned); model, temperature and seed are the
   role's (temperature 0, seed 42), whatever the system asks.
 * ``POST /v1/embeddings``: the harness's embedding model (``ctx.embedder()``, cached), whatever
-  model name the system sends.
+  model name the system sends; a text over the model's limit is truncated or embedded as windows
+  (``embedding.long_texts``) and counted in the gateway's summary and in the account of the memory
+  or search the request's token belongs to.
 * ``GET /v1/models``: the role's model.
 
 The server is ``aiohttp.web`` on 127.0.0.1, a free port chosen by the OS, in a background thread
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hmac
 import json
 import secrets
@@ -43,7 +46,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from common.core import llm as llm_module
+from common.core import long_texts
 from common.core.llm import LLMCallError
+from common.systems import outcomes
 from common.systems.base import Spent
 
 if TYPE_CHECKING:  # aiohttp (requirements-systems.txt) is imported when a gateway starts
@@ -75,13 +80,15 @@ class GatewayStats:
     chat: int = 0
     embeddings: int = 0
     embedded_texts: int = 0
+    # distinct texts over the embedding model's limit (truncated or windowed: embedding.long_texts)
+    long: long_texts.Tally = field(default_factory=long_texts.Tally)
     failures: dict[str, int] = field(default_factory=dict)
     serve_seconds: float = 0.0  # wall time inside the harness's client / embedder
     handler_seconds: float = 0.0  # wall time of whole requests in the server (overhead = the difference)
 
     def summary(self) -> dict[str, Any]:
         return {"chat": self.chat, "embeddings": self.embeddings, "embedded_texts": self.embedded_texts,
-                "failed": sum(self.failures.values()), "failures": dict(self.failures),
+                "long_texts": self.long.count, "failed": sum(self.failures.values()), "failures": dict(self.failures),
                 "serve_seconds": round(self.serve_seconds, 4), "handler_seconds": round(self.handler_seconds, 4)}
 
 
@@ -101,6 +108,9 @@ class Gateway:
         self.spent = Spent()  # calls made with ``api_key`` itself (outside any session)
         self.stats = GatewayStats()
         self._sessions: dict[str, Spent] = {self.api_key: self.spent}
+        # The harness's account current where a session was made or rebound (a memory's ingestion,
+        # a question's search): its embedding requests' long texts are counted there.
+        self._accounts: dict[str, Optional[outcomes.Account]] = {}
         self._lock = threading.Lock()
         self._embed_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="gateway")
@@ -180,11 +190,13 @@ class Gateway:
         token = secrets.token_urlsafe(24)
         with self._lock:
             self._sessions[token] = spent
+            self._accounts[token] = outcomes.current()
         try:
             yield Session(self.base_url, token, spent)
         finally:
             with self._lock:
                 self._sessions.pop(token, None)
+                self._accounts.pop(token, None)
 
     def rebind(self, token: str, spent: Spent) -> None:
         """Record the further calls of a live session's ``token`` in ``spent`` (a long-lived child
@@ -193,6 +205,7 @@ class Gateway:
             if token not in self._sessions:
                 raise KeyError("rebind: not a live session token of this gateway")
             self._sessions[token] = spent
+            self._accounts[token] = outcomes.current()
 
     def summary(self) -> dict[str, Any]:
         with self._lock:
@@ -213,11 +226,17 @@ class Gateway:
             with self._lock:
                 self.stats.handler_seconds += time.perf_counter() - started
 
-    def _account(self, request: "web.Request") -> Optional[Spent]:
-        """Where the calls of a request are recorded: its bearer token's account (None: no such token)."""
+    def _token(self, request: "web.Request") -> Optional[str]:
+        """The request's bearer token when it is a live one (compared in constant time), else None."""
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         with self._lock:
-            return next((s for t, s in self._sessions.items() if hmac.compare_digest(t, given)), None)
+            return next((t for t in self._sessions if hmac.compare_digest(t, given)), None)
+
+    def _account(self, request: "web.Request") -> Optional[Spent]:
+        """Where the calls of a request are recorded: its bearer token's account (None: no such token)."""
+        token = self._token(request)
+        with self._lock:
+            return None if token is None else self._sessions.get(token)
 
     async def _body(self, request: "web.Request") -> Any:
         try:
@@ -293,7 +312,10 @@ class Gateway:
             return web.json_response(error_body("'input' must be a string or a list of strings (token ids are not "
                                                 "accepted: send text)", "invalid_request_error"), status=400)
         loop = asyncio.get_running_loop()
-        vectors = await loop.run_in_executor(self._pool, self._embed, texts)
+        token = self._token(request)
+        with self._lock:
+            account = self._accounts.get(token) if token else None
+        vectors = await loop.run_in_executor(self._pool, self._embed, texts, account)
         # The openai SDK asks for base64 unless told otherwise (and decodes it itself).
         as_b64 = body.get("encoding_format") == "base64"
         data = [{"object": "embedding", "index": i,
@@ -302,9 +324,12 @@ class Gateway:
         return web.json_response({"object": "list", "data": data, "model": "harness-embedder",
                                   "usage": {"prompt_tokens": 0, "total_tokens": 0}})
 
-    def _embed(self, texts: list[str]) -> list[list[float]]:
+    def _embed(self, texts: list[str], account: Optional[outcomes.Account] = None) -> list[list[float]]:
         started = time.perf_counter()
-        with self._embed_lock:  # one model, shared by every memory being ingested
+        with self._embed_lock, long_texts.tallying(self.stats.long), contextlib.ExitStack() as stack:
+            if account is not None:  # the memory's or the search's count too
+                stack.enter_context(long_texts.tallying(account.long))
+            # one model, shared by every memory being ingested
             vectors = [[float(x) for x in v] for v in self.embedder().encode(texts)]
         with self._lock:
             self.stats.embeddings += 1

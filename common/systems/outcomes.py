@@ -27,7 +27,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from common.core import artifacts
+from common.core import artifacts, long_texts
 from common.core.io import read_jsonl
 
 SAMPLES = 5  # error messages kept per memory (the counts are complete)
@@ -47,6 +47,9 @@ class Account:
     # A search's fallbacks by kind (HippoRAG's dense passage retrieval when no fact survives): the
     # question was answered, but not by the system's own retrieval.
     fallbacks: Counter = field(default_factory=Counter)
+    # Texts over the embedding model's limit embedded for this memory or search (the harness's
+    # embedder counts them, whichever door: ctx.embedder() or the gateway's /v1/embeddings).
+    long: long_texts.Tally = field(default_factory=long_texts.Tally, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def error(self, cause: str, message: str) -> None:
@@ -60,6 +63,8 @@ class Account:
         out = {"items": self.items, "errors": dict(sorted(self.errors.items())), "error_samples": list(self.samples)}
         if self.built:
             out["built"] = dict(sorted(self.built.items()))
+        if self.long.count:
+            out["long_texts"] = self.long.count
         return out
 
     def search_outcome(self) -> dict[str, Any]:
@@ -69,6 +74,8 @@ class Account:
             out.update(errors=dict(sorted(self.errors.items())), error_samples=list(self.samples))
         if self.fallbacks:
             out["fallbacks"] = dict(sorted(self.fallbacks.items()))
+        if self.long.count:
+            out["long_texts"] = self.long.count
         return out
 
 
@@ -81,13 +88,16 @@ class active:
     def __init__(self, account: Account) -> None:
         self.account = account
         self.token: Optional[contextvars.Token[Optional[Account]]] = None
+        self.tallying = long_texts.tallying(account.long)
 
     def __enter__(self) -> Account:
         self.token = _current.set(self.account)
+        self.tallying.__enter__()
         return self.account
 
     def __exit__(self, *exc: Any) -> None:
         assert self.token is not None
+        self.tallying.__exit__(*exc)
         _current.reset(self.token)
 
 
@@ -243,20 +253,89 @@ def failed_memories(run_dir: Path) -> dict[str, int]:
     return dict(causes)
 
 
+def _search_outcome(row: dict[str, Any]) -> dict[str, Any]:
+    return (row.get("method_info") or {}).get("outcome") or {}
+
+
+def _empty_memories(marks: list[dict[str, Any]], rows: list[dict[str, Any]]) -> tuple[int, int, int]:
+    """(memories whose emptiness is known, empty ones, of those the inferred ones).
+
+    A memory whose system reported its item count is empty at 0 items. One whose system reports no
+    count (mem0, A-MEM) is judged by what its searches returned: empty when every search of it that
+    did not fail returned no evidence (inferred, and counted as such), not empty when one returned
+    something; with no successful search it is not counted either way."""
+    searched: dict[str, list[bool]] = {}
+    for r in rows:
+        if not r.get("error"):
+            searched.setdefault(str(r.get("memory_id")), []).append(evidence_items(r) > 0)
+    known = empty = inferred = 0
+    for m in marks:
+        items = (m.get("outcome") or {}).get("items")
+        if items is not None:
+            known += 1
+            empty += items == 0
+            continue
+        found = searched.get(str(m.get("memory_id")))
+        if found:
+            known += 1
+            if not any(found):
+                empty += 1
+                inferred += 1
+    return known, empty, inferred
+
+
+def _sum_counts(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts by name summed over memories (what each built)."""
+    total: Counter = Counter()
+    for block in blocks:
+        total.update({k: v for k, v in block.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return dict(sorted(total.items()))
+
+
 def summary(run_dir: Path) -> dict[str, Any]:
-    """The memory system's outcomes in a run: counted, never folded into a clean success."""
+    """The memory system's outcomes in a run: counted, never folded into a clean success.
+
+    ``outcomes``: empty memories (reported or inferred, ``empty_memory_inferred``) and empty
+    buffers; errors met while ingesting (``ingest_errors``) and while searching (``search_errors``)
+    by cause; memories whose ingestion failed (``ingest_failed``) and questions whose search failed
+    (``search_failed``) by cause, and the questions of failed memories (``failed_memory_questions``);
+    the fallbacks taken (``search_fallbacks``: questions per kind); what the memories hold by name,
+    summed (``built``, over ``built_memories``); texts over the embedding model's limit
+    (``long_texts``: ingest, search); evidence items and buffer tokens per question."""
     rows = read_jsonl(artifacts.path(run_dir, "retrievals"), missing_ok=True)
     marks = list(markers(run_dir))
     errors: Counter = Counter()
     for m in marks:
         errors.update((m.get("outcome") or {}).get("errors") or {})
-    known = [m for m in marks if (m.get("outcome") or {}).get("items") is not None]
-    outcomes = {"empty_memory": sum(1 for m in known if m["outcome"]["items"] == 0),
-                "empty_buffer": sum(1 for r in rows if empty_buffer(r))}
-    return {"questions": len(rows), "memories": len(marks), "memories_counted": len(known),
+    search_errors: Counter = Counter()
+    fallbacks: Counter = Counter()
+    search_failed: Counter = Counter()
+    failed_memory_questions = 0
+    for r in rows:
+        searched = _search_outcome(r)
+        search_errors.update(searched.get("errors") or {})
+        fallbacks.update({kind: 1 for kind, n in (searched.get("fallbacks") or {}).items() if n})
+        info = r.get("method_info") or {}
+        if r.get("error") and info.get("failed"):
+            if info.get("failed_in") == "ingest":
+                failed_memory_questions += 1
+            else:
+                search_failed[str(info["failed"])] += 1
+    known, empty, inferred = _empty_memories(marks, rows)
+    outcomes = {"empty_memory": empty, "empty_buffer": sum(1 for r in rows if empty_buffer(r))}
+    built: list[dict[str, Any]] = [m["outcome"]["built"] for m in marks if (m.get("outcome") or {}).get("built")]
+    long = {"ingest": sum(int((m.get("outcome") or {}).get("long_texts") or 0) for m in marks),
+            "search": sum(int(_search_outcome(r).get("long_texts") or 0) for r in rows)}
+    return {"questions": len(rows), "memories": len(marks), "memories_counted": known,
             "outcomes": {k: v for k, v in outcomes.items() if v},
+            **({"empty_memory_inferred": inferred} if inferred else {}),
             "ingest_errors": dict(sorted(errors.items())),
             "ingest_failed": failed_memories(run_dir),
+            "search_errors": dict(sorted(search_errors.items())),
+            "search_failed": dict(sorted(search_failed.items())),
+            **({"failed_memory_questions": failed_memory_questions} if failed_memory_questions else {}),
+            "search_fallbacks": dict(sorted(fallbacks.items())),
+            "built": _sum_counts(built), "built_memories": len(built),
+            "long_texts": {k: v for k, v in long.items() if v},
             "evidence_items": _stats([float(evidence_items(r)) for r in rows]),
             "buffer_tokens": _stats([float(r.get("buffer_tokens") or 0) for r in rows])}
-

@@ -6,7 +6,8 @@ request then one reply (the protocol is in docs/memory-systems.md):
 
     {"op": "hello", "options": {...}, "protocol": "common"|"native"}
                                                       -> {"ok": true, "system": "...", "version": "...",
-                                                          "answers": <bool, optional>}
+                                                          "answers": <bool, optional>,
+                                                          "settings": {<name>: <value>} (optional)}
     {"op": "ingest", "memory_id", "sessions": [...]}  -> {"ok": true, "items": <int>, "errors": [<str>],
                                                           "built": {<name>: <number>} (optional)}
     {"op": "search", "memory_id", "question", "question_date", "limit"}
@@ -36,11 +37,13 @@ process group, killed with its group when it is done, when it fails, and when th
 Failures, each counted with its cause and never a hung run: ``child_crash`` (the child exited or
 closed its output), ``child_timeout`` (no reply within ``systems.child_timeout`` seconds, or
 ``systems.child_ingest_timeout`` for an ingestion), ``child_bad_output`` (a reply that is not one
-JSON object of the right shape), ``child_error`` (the child's own ``ok: false``). A failed
-ingestion fails that memory (redone by the next run); a failed search fails that question's row.
-The child's stderr goes to a log beside the memory's state; lines that log an error (``ERROR``,
-``CRITICAL``, a traceback) are counted per memory (``logged_error``) with the errors the ingest
-reply lists (``system_error``).
+JSON object of the right shape), ``system_error`` (the child's own ``ok: false``: the system raised
+in its process). A failed ingestion fails that memory (redone by the next run); a failed search
+fails that question's row (``common.systems.failures``). The child's stderr goes to a log beside the
+memory's state (``child_ingest.log``, ``child_search.log``); lines that log an error (``ERROR``,
+``CRITICAL``, a traceback) are counted (``logged_error``) in the memory's account while it ingests
+and in the question's while it is searched, with the errors the reply lists (``system_error``); a
+line that only repeats an error the reply lists is not counted twice.
 """
 from __future__ import annotations
 
@@ -63,8 +66,9 @@ from typing import IO, Any, Callable, ClassVar, Optional
 from common.core.schema import Question, RetrievalRow
 from common.core.tokens import count_tokens, seed_tiktoken_cache, tiktoken_cache_dir
 from common.method.render import MemoryView
-from common.systems import envs, outcomes
+from common.systems import envs, failures, outcomes
 from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, render, turn_text
+from common.systems.failures import ChildFailure
 
 # Environment variables a child may also have: extra ones a test or a user sets here (e.g. the
 # tests' PYTHONPATH with a socket guard), never the user's environment as a whole.
@@ -88,14 +92,6 @@ def tiktoken_env() -> dict[str, str]:
     return {"TIKTOKEN_CACHE_DIR": str(folder)}
 
 
-class ChildFailure(RuntimeError):
-    """A child that crashed, hung, or answered out of protocol; ``cause`` is the counted cause."""
-
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(f"{cause}: {message}")
-        self.cause = cause
-
-
 def _tail(path: Path, n: int = 400) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -114,6 +110,7 @@ class Child:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
                                      env=env, cwd=str(cwd), start_new_session=True)
         self._lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
+        self.log_offset = 0  # how far the log has been read (``new_log_lines``)
         self._reader = threading.Thread(target=self._read, name=f"child-{label}", daemon=True)
         self._reader.start()
         _children.add(self)
@@ -155,13 +152,26 @@ class Child:
             self.kill()
             raise ChildFailure("child_bad_output", f"{self.label}: reply to {op} is not an object with "
                                                    f"a boolean 'ok': {line[:200]!r}")
-        if not reply["ok"]:
-            raise ChildFailure("child_error", f"{self.label}: {op}: {' '.join(str(reply.get('error')).split())[:300]}")
+        if not reply["ok"]:  # the system raised in its own process (the protocol caught it)
+            raise ChildFailure(failures.SYSTEM_ERROR,
+                               f"{self.label}: {op}: {' '.join(str(reply.get('error')).split())[:300]}")
         problem = check(reply)
         if problem:
             self.kill()
             raise ChildFailure("child_bad_output", f"{self.label}: reply to {op}: {problem}")
         return reply
+
+    def new_log_lines(self) -> list[str]:
+        """The whole lines the child wrote to its log since the last call (or since hello)."""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(self.log_offset)
+                chunk = f.read()
+        except OSError:
+            return []
+        done = chunk.rfind(b"\n") + 1  # a line still being written is read next time
+        self.log_offset += done
+        return chunk[:done].decode("utf-8", errors="replace").splitlines()
 
     def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """Ask the child to close, then reap its whole process group whatever it did."""
@@ -202,8 +212,9 @@ def _reap_all() -> None:
 
 # ---------------------------------------------------------------------------- reply shapes
 def _check_hello(r: dict[str, Any]) -> str:
-    return "" if isinstance(r.get("system"), str) and isinstance(r.get("version"), str) else \
-        "hello needs 'system' and 'version' strings"
+    if not (isinstance(r.get("system"), str) and isinstance(r.get("version"), str)):
+        return "hello needs 'system' and 'version' strings"
+    return "" if isinstance(r.get("settings", {}), dict) else "hello's 'settings' must be a mapping"
 
 
 def _is_number(x: Any) -> bool:
@@ -255,6 +266,13 @@ def _check_answer(r: dict[str, Any]) -> str:
     return _check_search(r) or ("" if isinstance(r.get("answer"), str) else "an answer reply needs an 'answer' string")
 
 
+def logged_errors(lines: list[str], reported: list[str]) -> list[str]:
+    """The log lines that report an error (``LOGGED_ERROR``) and are not one the reply already lists
+    (a logger's record both printed and returned by the protocol is one error, not two)."""
+    known = [r.split(": ", 1)[-1].strip() for r in reported]
+    return [line for line in lines if LOGGED_ERROR.search(line) and not any(k and k in line for k in known)]
+
+
 def sessions_payload(view: MemoryView, include_images: bool) -> list[dict[str, Any]]:
     """A memory's sessions as the protocol sends them (what a system may see, no gold)."""
     return [{"session_id": s.session_id, "date": s.date_time,
@@ -290,6 +308,18 @@ class ProcessSystem(MemorySystem):
         return {**super().extra(), "process": {"system": self.system,
                                                **{k: v for k, v in self.hello.items() if k != "ok"}}}
 
+    def search_settings(self) -> Optional[dict[str, Any]]:
+        """The child's own resolved settings (its hello's ``settings``), and the ``limit`` it is sent
+        unless those name a depth of their own (``k``, ``top_k``: the adapter decides it); None
+        before any child said hello in this invocation (a resumed run)."""
+        if not self.hello:
+            return None
+        own = dict(self.hello.get("settings") or {})
+        return own if any(k in own for k in ("k", "top_k", "limit")) else {"limit": self.limit, **own}
+
+    def version(self) -> Optional[str]:
+        return str(self.hello["version"]) if self.hello.get("version") else None
+
     # ---- children
     def _gateway(self) -> Any:
         if self.ctx.gateway is None:
@@ -319,6 +349,7 @@ class ProcessSystem(MemorySystem):
         except BaseException:
             child.kill()
             raise
+        child.new_log_lines()  # what it logged while starting is not the first request's
         return child
 
     def _timeout(self, ingest: bool = False) -> float:
@@ -351,9 +382,9 @@ class ProcessSystem(MemorySystem):
                 child.close()
         for error in reply.get("errors", []):
             outcomes.note_error("system_error", error)
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            if LOGGED_ERROR.search(line):
-                outcomes.note_error("logged_error", line)
+        for line in logged_errors(log.read_text(encoding="utf-8", errors="replace").splitlines(),
+                                  reply.get("errors", [])):
+            outcomes.note_error("logged_error", line)
         outcomes.note_items(reply["items"])
         if reply.get("built"):
             outcomes.note_built(**reply["built"])
@@ -394,10 +425,14 @@ class ProcessSystem(MemorySystem):
                                    "question_date": question.question_date or None, "limit": self.limit},
                                   self._timeout(), _check_answer if answers else _check_search)
         except ChildFailure:
+            for line in logged_errors(child.new_log_lines(), []):  # what it logged before it failed
+                outcomes.note_error("logged_error", line)
             self._close_one(question.memory_id)  # the memory's next question starts a fresh child
             raise
         for error in reply.get("errors", []):
             outcomes.note_error("system_error", error)
+        for line in logged_errors(child.new_log_lines(), reply.get("errors", [])):  # child_search.log
+            outcomes.note_error("logged_error", line)
         for kind, n in (reply.get("fallbacks") or {}).items():
             for _ in range(n):
                 outcomes.note_fallback(kind)
@@ -414,10 +449,8 @@ class ProcessSystem(MemorySystem):
         try:
             found = self.search(question, view)
         except ChildFailure as exc:
-            found = Found([], Spent(seconds=round(time.perf_counter() - started, 4)), {"failed": exc.cause})
-            row = render(question, self.name, found, found.spent.seconds)
-            row.fallback_used, row.error = True, str(exc)
-            return row
+            return failures.failed_row(question, self.name, exc.cause, str(exc), "search",
+                                       time.perf_counter() - started)
         row = render(question, self.name, found, round(time.perf_counter() - started, 4))
         context = found.info.get("context") or ""
         if context.strip():

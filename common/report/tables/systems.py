@@ -14,6 +14,7 @@ from common.core import fingerprint
 from common.core.yamlio import load_yaml
 from common.evaluation import scoring
 from common.pipeline import ledger
+from common.report.tables import system_rows
 from common.report.tables.published import DASH
 from common.report.tables.runs import MAKE_MAIN, Context, MissingRun, RunData, measured, open_run
 from common.report.tables.table import Table, fmt_acc
@@ -84,19 +85,22 @@ def _buffers(run: RunData) -> dict[str, str]:
 
 def systems_table(ctx: Context) -> Table:
     table = Table("systems", "Memory systems: LLM-judge accuracy (%) of every finished run",
-                  ["Ref", "Benchmark", "Run", "System", "Answer prompt", "Coverage", "Overall", "Answer model", "Judge",
-                   "Fingerprint (run / judge)", "Protocol", "Items / q (mean / p95)",
-                   "Buffer tokens / q (mean / p95)", "Outcomes", "Calls / q", "Tokens / q", "$ / q", "Source"])
+                  ["Ref", "Benchmark", "Run", "System", *system_rows.COLUMNS, "Answer prompt", "Coverage", "Overall",
+                   system_rows.PAIR_COLUMN, "Answer model", "Judge", "Fingerprint (run / judge)", "Protocol",
+                   "Items / q (mean / p95)", "Buffer tokens / q (mean / p95)", "Outcomes", "Calls / q", "Tokens / q",
+                   "$ / q", "Source"])
     notes: list[str] = []
+    judged: list[tuple[dict[str, str], RunData, str]] = []
     for benchmark in BENCHMARKS:
         for run in finished_runs(ctx, benchmark):
             about = _settings(run)
             spent = {**_spent(run), **_buffers(run)}
+            what, card = system_rows.cells(run)
             for judge in run.judge_names():
                 ref = f"S{len(table.rows) + 1}"
                 m = measured(run, judge)
                 ident = run.identity(judge, ctx.published)
-                row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"],
+                row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"], **what,
                        "Answer prompt": about["prompt"], "Coverage": run.coverage.mark,
                        "Overall": fmt_acc(m.summary),
                        "Answer model": ident.answer_model, "Judge": ident.judge_model,
@@ -104,10 +108,14 @@ def systems_table(ctx: Context) -> Table:
                        **spent}
                 table.rows.append(row)
                 table.add_cell(ref, "Overall", row["Overall"], m.source)
+                if card is not None:
+                    table.hrefs[(ref, "Departures")] = card
+                judged.append((row, run, judge))
                 if run.coverage_warning:
                     notes.append(f"{ref}: {run.coverage_warning}")
                 if run.dataset_warning:
                     notes.append(f"{ref}: {run.dataset_warning}")
+    system_rows.pair_protocols(judged)
     if not table.rows:
         raise MissingRun(f"{ctx.results}: no finished run (no <benchmark>/<run>/metrics.json); "
                          f"create one with `make locomo` or `make locomo SET=\"method.name=mem0\" RUN=mem0`")
@@ -120,8 +128,20 @@ def systems_table(ctx: Context) -> Table:
         "in-process client) from the ledger, $ uncached at the price file's rates. Items and buffer tokens per "
         "question (mean / p95): what the answer model read (evidence items, or EnSIMem's episodes; o200k tokens); "
         "a system's outcomes are counted, not failures of the judge: empty_memory (a memory holding no item "
-        "after ingestion), empty_buffer (a search with no evidence), errors logged or reported while ingesting. "
+        "after ingestion; inferred, and said so, for a system that reports no count and whose every search came "
+        "back empty), empty_buffer (a search with no evidence), errors logged or reported while ingesting and "
+        "while searching, ingestions and searches that failed (the system raised: their questions count as "
+        "failures, retrieval_failed), fallbacks from the system's own retrieval, texts over the embedding "
+        "limit, and what the memories hold (built). "
         "systems.buffer_tokens=N caps every buffer at N tokens, each system's own ranking kept (like-for-like rows).",
+        "System protocol: common (the harness's answer prompt and judge; only the buffer is the system's) or "
+        "native (the system as its reference evaluation runs it: its k, mode, rendering, answer prompt or agent). "
+        "Departures: the harness's departures from the system's reference evaluation under that protocol, from "
+        "its protocol card (the link; rendered in docs/memory-systems.md), with any setting or version where the "
+        "card and the run disagree. Version: the system's as it ran. Embedding model: what the harness gave the "
+        "system (its limit in word pieces, and how longer texts were embedded). Native - common: where one system "
+        "has both runs with the same answer model and judge, the paired difference of strict accuracy "
+        "(percentage points, 95% paired bootstrap CI) over the questions both scored.",
         "Rows are comparable when benchmark, answer model, judge and protocol agree; the run fingerprint also "
         "covers the system's settings and answer prompt. Paired difference, CI and McNemar between any two: "
         "`make compare A=results/<benchmark>/<run> B=results/<benchmark>/<other run>`.",

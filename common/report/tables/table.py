@@ -6,6 +6,7 @@ Builders fill a ``Table``; ``common.report.tables.writers`` turns it into md/csv
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -26,6 +27,9 @@ class Table:
     notes: list[str] = field(default_factory=list)
     cells: list[dict[str, Any]] = field(default_factory=list)
     published: list[dict[str, Any]] = field(default_factory=list)
+    # (row ref, column) -> a file the Markdown cell links to (a system's protocol card); the CSV and
+    # LaTeX keep the text.
+    hrefs: dict[tuple[str, str], Path] = field(default_factory=dict)
 
     def add_cell(self, ref: str, column: str, text: str, source: dict[str, Any]) -> None:
         self.cells.append({"row": ref, "column": column, "text": text, **source})

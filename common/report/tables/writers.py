@@ -2,18 +2,28 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from common.report.tables.table import Table
 
 
-def markdown(table: Table) -> str:
+def markdown(table: Table, base: Optional[Path] = None) -> str:
+    """The table in Markdown; a cell with an href links to its file, relative to ``base`` (the
+    folder the page is written to; without it, the path as given)."""
     def esc(text: str) -> str:
         return str(text).replace("|", "\\|")
 
+    def cell(r: dict[str, str], c: str) -> str:
+        target = table.hrefs.get((r.get("Ref", ""), c))
+        if target is None:
+            return esc(r.get(c, ""))
+        where = os.path.relpath(target, base) if base is not None else str(target)
+        return f"[{esc(r.get(c, ''))}]({where.replace(os.sep, '/')})"
+
     head = "| " + " | ".join(map(esc, table.columns)) + " |\n|" + "---|" * len(table.columns) + "\n"
-    body = "".join("| " + " | ".join(esc(r.get(c, "")) for c in table.columns) + " |\n" for r in table.rows)
+    body = "".join("| " + " | ".join(cell(r, c) for c in table.columns) + " |\n" for r in table.rows)
     notes = "".join(f"- {n}\n" for n in table.notes)
     return f"{table.title}\n\n{head}{body}\nNotes:\n\n{notes}"
 
@@ -46,7 +56,7 @@ def latex(table: Table) -> str:
 def write(table: Table, out: Path, meta: dict[str, Any]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{table.name}.{ext}" for ext in ("md", "csv", "tex")]
-    paths[0].write_text(markdown(table), encoding="utf-8")
+    paths[0].write_text(markdown(table, base=out.resolve()), encoding="utf-8")
     table.frame().to_csv(paths[1], index=False)
     paths[2].write_text(latex(table), encoding="utf-8")
     sidecar = out / f"{table.name}.sources.json"
