@@ -95,7 +95,11 @@ def test_the_native_agent_calls_the_endpoint_with_the_leaderboard_prompt_and_its
     chats = [b for b in driven.requests if "messages" in b]
     assert len(chats) >= 2, "the agent made no call"
     first = chats[0]
-    assert first["messages"][0]["role"] == "system" and first["messages"][0]["content"].startswith(prompt)
+    system = first["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith(prompt)
+    # The folder's files are open in its context (as Letta 0.10 showed them to the leaderboard's agent).
+    for session in _conversation():
+        assert f'<file status="open" name="{_file(session["date"])}">' in system["content"]
     # The leaderboard's rules: the file search first (forced), answer_question ends the loop.
     assert first["tool_choice"] == {"type": "function", "function": {"name": "semantic_search_files"}}
     offered = {t["function"]["name"]: t["function"] for t in chats[-1]["tools"]}

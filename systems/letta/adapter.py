@@ -180,6 +180,7 @@ class LettaAdapter(proto.Adapter):
 
     async def _answer(self, memory_id: str, question: str) -> tuple[list[dict[str, Any]], str, str]:
         from letta.agents.agent_loop import AgentLoop
+        from letta.orm.errors import NoResultFound
         from letta.schemas.agent import CreateAgent
         from letta.schemas.llm_config import LLMConfig
         from letta.schemas.message import MessageCreate
@@ -202,9 +203,14 @@ class LettaAdapter(proto.Adapter):
             tool_rules=[TerminalToolRule(tool_name="answer_question"), ContinueToolRule(tool_name="grep"),
                         ContinueToolRule(tool_name=lb.SEARCH_TOOL), InitToolRule(tool_name=lb.SEARCH_TOOL)],
             llm_config=llm, embedding_config=self._embedding())
-        with lb.seeded_uuids(lb.agent_id(memory_id, question)):
-            agent = await manager.create_agent_async(create, actor=self.actor,
-                                                     _test_only_force_id=lb.agent_id(memory_id, question))
+        aid = lb.agent_id(memory_id, question)
+        try:  # an agent a killed search left behind holds this question's id: gone before the new one
+            await manager.get_agent_by_id_async(agent_id=aid, actor=self.actor)
+            await manager.delete_agent_async(agent_id=aid, actor=self.actor)
+        except NoResultFound:
+            pass
+        with lb.seeded_uuids(aid):
+            agent = await manager.create_agent_async(create, actor=self.actor, _test_only_force_id=aid)
         try:
             # What the leaderboard's client.agents.sources.attach does on the server (the route's calls).
             state = await manager.attach_source_async(agent_id=agent.id, source_id=saved["source"], actor=self.actor)
@@ -213,6 +219,10 @@ class LettaAdapter(proto.Adapter):
             if files:
                 await manager.insert_files_into_context_window(agent_state=state, file_metadata_with_content=files,
                                                                actor=self.actor)
+            # Letta 0.10, the leaderboard's, rebuilt an agent's system prompt before every request, so
+            # its agent saw the folder's open files there; 0.16.8 compiles it when the agent is made
+            # (before the folder is attached) and rebuilds it only when asked: asked once, here.
+            await manager.rebuild_system_prompt_async(agent_id=agent.id, actor=self.actor, force=True)
             opened = await FileAgentManager().list_files_for_agent(
                 agent.id, per_file_view_window_char_limit=state.per_file_view_window_char_limit, actor=self.actor,
                 is_open_only=True)

@@ -18,7 +18,9 @@ asks for; ``memgpt_v2_agent`` (the leaderboard's default agent type, and the new
 reference's commit) runs it. The REST route that attaches a folder also attaches Letta's file
 tools (``open_files``, ``grep_files``, ``semantic_search_files``) and opens the folder's files
 into the agent's context (as many as its context window allows); the adapter makes the same
-three calls, so the agent here has what the leaderboard's had.
+three calls, then has Letta rebuild the agent's system prompt once (Letta 0.10, the leaderboard's,
+did so before every request; 0.16.8 only when asked), so the agent here sees what the
+leaderboard's saw.
 """
 from __future__ import annotations
 
