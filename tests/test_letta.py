@@ -40,6 +40,61 @@ def _conversation() -> list[dict]:
     return sessions
 
 
+@pytest.fixture
+def adapter_module(monkeypatch):
+    """systems/letta/adapter.py imported here (the standard library and its two neighbours only at
+    import time), the process's environment and sys.path restored afterwards."""
+    import importlib.util
+    import os
+    import sys
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location("letta_adapter", driver.SYSTEMS / "letta" / "adapter.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    for name in ("_protocol", "leaderboard"):
+        sys.modules.pop(name, None)
+
+
+def test_session_files_are_named_and_headed_as_the_leaderboard_writes_them(adapter_module):
+    lb = adapter_module.lb
+    assert lb.file_name("1:56 pm on 8 May, 2023", 0) == "1-56 pm on 8 May, 2023.txt"
+    assert lb.file_name("2023/05/08 13:56", 4) == "2023-05-08 13-56.txt" and lb.file_name(None, 4) == "session_005.txt"
+    turns = [{"speaker": "A", "text": "hi"}, {"speaker": "B", "text": "yo"}]
+    session = {"date": "1:56 pm on 8 May, 2023", "turns": turns}
+    assert lb.file_text(session, 0) == "Timestamp: 1:56 pm on 8 May, 2023\nA: hi\nB: yo"
+    assert lb.file_text({**session, "date": None}, 2).startswith("Session 3\n")
+    assert lb.folder_description(["A", "B"]) == \
+        "The conversation history, containing timestamped messages from A and B."
+
+
+def test_the_agents_transcript_gives_what_it_saw_and_its_last_answer(adapter_module):
+    """Evidence: the files open in its context and each search result, with the turns they show;
+    the context: each call and its result; the answer: the last answer_question return."""
+    from types import SimpleNamespace as NS
+
+    lines = [f"A: line {i}" for i in range(25)]
+    files = {"d1.txt": [[f"D1:{i}", line] for i, line in enumerate(lines)], "d2.txt": [["D2:0", "B: other"]]}
+    shown = adapter_module.render_search("q", [NS(file_name="d1.txt", text="\n".join(["Timestamp: d1", *lines]))])
+    call = lambda i, name, args: NS(message_type="tool_call_message",  # noqa: E731
+                                    tool_calls=[NS(tool_call_id=i, name=name, arguments=json.dumps(args))])
+    ret = lambda i, text, status="success": NS(message_type="tool_return_message",  # noqa: E731
+                                               tool_returns=[NS(tool_call_id=i, tool_return=text, status=status)])
+    messages = [call("1", "semantic_search_files", {"query": "q", "request_heartbeat": True}), ret("1", shown),
+                call("2", "grep_files", {"pattern": "x"}), ret("2", "bad pattern", "error"),
+                call("3", "answer_question", {"answer": "first"}), ret("3", "first"),
+                call("4", "answer_question", {"answer": "May 2023"}), ret("4", "May 2023")]
+    opened = [NS(file_name="d2.txt", visible_content="1: B: other")]
+    evidence, context, answer, errors = adapter_module.transcript(messages, opened, files)
+    assert answer == "May 2023" and errors == 1
+    assert [(e["source"], e["source_turn_ids"]) for e in evidence] == [
+        ("open_file", ["D2:0"]), ("search_files", [f"D1:{i}" for i in range(19)])]  # the tool shows 20 lines
+    assert "> semantic_search_files(query='q')" in context and "[error] bad pattern" in context
+    assert context.startswith("Files open in the agent's context: d2.txt")
+
+
 @pytest.fixture(scope="module")
 def driven():
     """The adapter driven by hand under the native protocol: ingest, a common search, an answer."""

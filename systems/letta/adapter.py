@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 import _protocol as proto  # noqa: E402  (the directory above is the protocol's home)
 import leaderboard as lb  # noqa: E402  (beside this file)
 
@@ -237,7 +237,13 @@ class LettaAdapter(proto.Adapter):
                       f"its loop ran {time.perf_counter() - made:.1f} s")
         finally:
             await manager.delete_agent_async(agent_id=agent.id, actor=self.actor)
-        return transcript(response.messages, opened, saved["files"])
+        evidence, context, answer, tool_errors = transcript(response.messages, opened, saved["files"])
+        for _ in range(tool_errors):  # a tool call the agent got an error back from (it may go on)
+            self.note_fallback("tool_error")
+        if not answer:  # the loop ended without answer_question (07 counts the empty answer)
+            reason = getattr(getattr(response, "stop_reason", None), "stop_reason", None)
+            self.note_fallback(f"no_answer_{getattr(reason, 'value', reason) or 'unknown'}")
+        return evidence, context, answer
 
     async def _tools(self) -> None:
         """Letta's own tools (its server upserts them when it starts) and the leaderboard's
@@ -290,10 +296,11 @@ def search_evidence(text: str, files: dict[str, list[list[str]]], source: str) -
 
 
 def transcript(messages: list[Any], opened: list[Any], files: dict[str, list[list[str]]]) -> tuple[
-        list[dict[str, Any]], str, str]:
-    """(evidence, context, answer) of one run of the agent: the files Letta opened into its context
-    and every tool result are the evidence; the context lists the open files, then each call with
-    its result; the answer is the last ``answer_question`` return ('' when it never answered)."""
+        list[dict[str, Any]], str, str, int]:
+    """(evidence, context, answer, tool errors) of one run of the agent: the files open in its
+    context and every tool result are the evidence; the context lists the open files, then each
+    call with its result; the answer is the last ``answer_question`` return ('' when it never
+    answered)."""
     turns = {name: [(t[0], t[1]) for t in ts] for name, ts in files.items()}
     evidence: list[dict[str, Any]] = [
         {"text": f.visible_content or "", "score": None, "source": "open_file",
@@ -301,7 +308,7 @@ def transcript(messages: list[Any], opened: list[Any], files: dict[str, list[lis
         for f in opened if f.visible_content]
     lines = [f"Files open in the agent's context: {', '.join(f.file_name for f in opened) or 'none'}"]
     calls: dict[str, str] = {}  # tool call id -> the tool's name
-    answer = ""
+    answer, errors = "", 0
     for m in messages:
         kind = getattr(m, "message_type", "")
         if kind == "tool_call_message":
@@ -313,6 +320,7 @@ def transcript(messages: list[Any], opened: list[Any], files: dict[str, list[lis
                 name, result = calls.get(ret.tool_call_id, ""), str(ret.tool_return)
                 lines.append(result if ret.status == "success" else f"[{ret.status}] {result}")
                 if ret.status != "success":
+                    errors += 1
                     continue
                 if name == "answer_question":  # the leaderboard's extract_last_message: the last one
                     answer = result
@@ -324,7 +332,7 @@ def transcript(messages: list[Any], opened: list[Any], files: dict[str, list[lis
                     evidence.append({"text": result, "score": None, "source": name, "source_turn_ids": shown})
         elif kind == "assistant_message":
             lines.append(f"\n{m.content}")
-    return evidence, "\n".join(lines), answer
+    return evidence, "\n".join(lines), answer, errors
 
 
 if __name__ == "__main__":
