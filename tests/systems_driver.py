@@ -179,6 +179,7 @@ class Exchange:
     replies: dict[str, dict[str, Any]] = field(default_factory=dict)
     forwarded: int = 0  # requests the relay passed to the fake server
     fake_requests: int = 0  # requests the fake server recorded (chat and embeddings)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # their bodies, in arrival order
     attempts: list[dict[str, Any]] = field(default_factory=list)  # refused connections / lookups
     returncode: Optional[int] = None
     stderr: str = ""
@@ -233,9 +234,10 @@ class Child:
 
 
 def drive(name: str, *, sessions: int = 2, limit: int = 10, timeout: float = 900.0,
-          python: Optional[Path] = None) -> Exchange:
+          python: Optional[Path] = None, protocol: str = "common") -> Exchange:
     """Build (or reuse) ``name``'s environment, then hello / ingest / search / close its adapter
-    against a fake server; every socket but the relay's refused."""
+    against a fake server; every socket but the relay's refused. Under ``protocol="native"`` an
+    adapter whose hello says it answers is also asked to ``answer`` the question."""
     from tests.fake_openai import FakeOpenAI
 
     python = python or build_env(name)
@@ -264,10 +266,13 @@ def drive(name: str, *, sessions: int = 2, limit: int = 10, timeout: float = 900
                "SYSTEMS_DRIVER_PORT": str(relay.server_address[1]), "SYSTEMS_DRIVER_ATTEMPTS": str(attempts)}
         child = Child(python, name, env)
         try:
-            out.replies["hello"] = child.ask({"op": "hello"}, 300)
+            out.replies["hello"] = child.ask({"op": "hello", "protocol": protocol}, 300)
             out.replies["ingest"] = child.ask({"op": "ingest", "memory_id": "conv-26", "sessions": convo}, timeout)
             out.replies["search"] = child.ask({"op": "search", "memory_id": "conv-26", "limit": limit, **question},
                                               timeout)
+            if protocol == "native" and out.replies["hello"].get("answers"):
+                out.replies["answer"] = child.ask({"op": "answer", "memory_id": "conv-26", "limit": limit,
+                                                   **question}, timeout)
             out.replies["close"] = child.ask({"op": "close"}, 120)
         finally:
             if child.proc.stdin is not None:
@@ -278,6 +283,7 @@ def drive(name: str, *, sessions: int = 2, limit: int = 10, timeout: float = 900
             relay.server_close()
             out.forwarded = relay.forwarded
             out.fake_requests = fake.request_count
+            out.requests = list(fake.requests)
             if attempts.exists():
                 out.attempts = [json.loads(line) for line in attempts.read_text().splitlines() if line.strip()]
     out.seconds = time.perf_counter() - started
@@ -285,6 +291,7 @@ def drive(name: str, *, sessions: int = 2, limit: int = 10, timeout: float = 900
 
 
 if __name__ == "__main__":
-    result = drive(sys.argv[1])
-    print(json.dumps({k: v for k, v in result.__dict__.items() if k != "stderr"}, indent=1, default=str)[:20000])
+    result = drive(sys.argv[1], protocol=sys.argv[2] if len(sys.argv) > 2 else "common")
+    shown = {k: v for k, v in result.__dict__.items() if k not in ("stderr", "requests")}
+    print(json.dumps(shown, indent=1, default=str)[:20000])
     print(result.stderr[-4000:], file=sys.stderr)

@@ -68,7 +68,7 @@ def test_protocol_replies_reports_logged_errors_and_keeps_stdout_clean(tmp_path)
                           capture_output=True, text=True, timeout=30)
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert replies == [
-        {"ok": True, "system": "toy", "version": "1"},
+        {"ok": True, "system": "toy", "version": "1", "answers": False},
         {"ok": True, "items": 1, "errors": ["toy: one turn lost"]},
         {"ok": False, "error": "ValueError: no index for m"},
         {"ok": False, "error": "unknown op 'nonsense'"},

@@ -199,8 +199,18 @@ def synthesize(schema: Any, text: str, root: Optional[dict[str, Any]] = None) ->
     return None
 
 
-def _chosen_tool(tools: list[Any], choice: Any) -> Optional[dict[str, Any]]:
-    """The function a reply calls: the one ``tool_choice`` names, else the first (``none``: none)."""
+# ``gateway.<system>`` prompt id -> which offered function a reply calls when the request leaves the
+# choice to the model (``tool_choice`` auto or required), given the offered names and the messages:
+# an agent whose loop ends only when its model calls a terminal tool registers the course a model
+# would take. None, or a name not offered, leaves the first offered function; the arguments stay a
+# minimal instance of the chosen function's parameters.
+TOOL_CHOICE_BY_PROMPT: dict[str, Callable[[list[str], list[dict[str, Any]]], Optional[str]]] = {}
+
+
+def _chosen_tool(tools: list[Any], choice: Any, prompt_id: Optional[str] = None,
+                 messages: Optional[list[dict[str, Any]]] = None) -> Optional[dict[str, Any]]:
+    """The function a reply calls: the one ``tool_choice`` names, else the one the prompt id's
+    ``TOOL_CHOICE_BY_PROMPT`` entry picks, else the first (``none``: none)."""
     functions: list[dict[str, Any]] = [t["function"] for t in tools
                                        if isinstance(t, dict) and isinstance(t.get("function"), dict)]
     if choice == "none" or not functions:
@@ -208,7 +218,9 @@ def _chosen_tool(tools: list[Any], choice: Any) -> Optional[dict[str, Any]]:
     if isinstance(choice, dict):
         name = (choice.get("function") or {}).get("name")
         return next((f for f in functions if f.get("name") == name), functions[0])
-    return functions[0]
+    pick = TOOL_CHOICE_BY_PROMPT.get((prompt_id or "").strip())
+    name = pick([str(f.get("name")) for f in functions], messages or []) if pick else None
+    return next((f for f in functions if f.get("name") == name), functions[0])
 
 
 # ``gateway.<system>`` prompt id -> the plain-text reply (built from the prompt text) to that
@@ -238,7 +250,7 @@ def _generic_reply(body: dict[str, Any], text: str, prompt_id: Optional[str]) ->
         builder = SCHEMA_KINDS.get(str(spec.get("name") or ""))
         schema = spec.get("schema") or {}
         return json.dumps(builder(text, schema) if builder else synthesize(schema, text)), []
-    tool = _chosen_tool(body.get("tools") or [], body.get("tool_choice"))
+    tool = _chosen_tool(body.get("tools") or [], body.get("tool_choice"), prompt_id, body.get("messages"))
     if tool is not None:
         args = synthesize(tool.get("parameters") or {"type": "object"}, text)
         call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
@@ -880,3 +892,12 @@ def memos_reader_reply(text: str) -> str:
 
 
 TEXT_KINDS_BY_PROMPT[GATEWAY_PREFIX + "memos"] = memos_reader_reply
+
+
+def letta_agent_tool(names: list[str], messages: list[dict[str, Any]]) -> Optional[str]:
+    """letta-leaderboard's LoCoMo agent (systems/letta): its rules force a file search first; when
+    the choice is the model's, this one answers (``answer_question``, the loop's terminal tool)."""
+    return "answer_question" if "answer_question" in names else None
+
+
+TOOL_CHOICE_BY_PROMPT[GATEWAY_PREFIX + "letta"] = letta_agent_tool
