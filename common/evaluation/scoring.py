@@ -43,6 +43,9 @@ POLICIES = {
     "longmemeval": "LongMemEval all 500 items scored (abstention by _abs in the id); official "
                    "templates, label = 'yes' in reply; failures count wrong in strict accuracy, "
                    "excluded in clean",
+    "realtalk": "REALTALK all 728 questions scored; official token F1 and GPT score (0-1, failures count 0) "
+                "per category, the LoCoMo judge's CORRECT/WRONG label beside them, never averaged; failures "
+                "count wrong in strict accuracy, excluded in clean",
     "beam": "BEAM all probing questions scored; official rubric judge (one call per item, event ordering "
             "by LLM alignment and tau_norm), mean over chats per ability; failures count 0",
 }
