@@ -193,3 +193,35 @@ def test_make_sweep_runs_realtalk_and_ends_with_its_table(tmp_path, fake_server,
     assert (tmp_path / "sweep" / "realtalk" / "full_context" / "metrics.json").exists()
     assert "| realtalk |" in table and "token F1 (official)" in table and "PARTIAL 4 / 728" in table
     assert "sweep: 1 of 1 runs finished" in capsys.readouterr().out
+
+
+def test_make_realtalk_passes_limit_memories_set_executor_and_dry_run():
+    out = subprocess.run(["make", "-n", "realtalk", "realtalk-03_extract", "LIMIT=2", "MEMORIES=3", "EXECUTOR=ray",
+                          "SET=method.name=mem0"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    commands = [line for line in out.splitlines() if "run_all realtalk" in line or "REALTALK.03_extract" in line]
+    assert len(commands) == 2, out
+    for c in commands:
+        for part in ("--config configs/realtalk.yaml", "--limit 2", "--memories 3", "--set method.name=mem0",
+                     "--set run.executor=ray"):
+            assert part in c, c
+    dry = subprocess.run(["make", "-n", "realtalk", "DRY_RUN=1", "REALTALK_CONFIG=configs/realtalk_official.yaml"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert "REALTALK.01_preprocess --config configs/realtalk_official.yaml" in dry and "--dry-run" in dry
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason=f"shared REALTALK data not at {SHARED}")
+def test_make_data_realtalk_fetches_the_ten_files_and_refuses_a_changed_one(tmp_path):
+    """The download target against a local copy of the release (file://): ten files, each sha256-checked;
+    a file whose bytes differ stops the target and is never moved into place."""
+    source = tmp_path / "source"
+    shutil.copytree(SHARED, source)
+    cmd = ["make", "-s", "data-realtalk", f"REALTALK_URL=file://{source}", f"REALTALK_DATA={tmp_path / 'data'}"]
+    ok = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == sorted(p.name for p in SHARED.glob("Chat_*.json"))
+    (tmp_path / "data" / "Chat_3_Kevin_Paola.json").unlink()
+    changed = source / "Chat_3_Kevin_Paola.json"
+    changed.write_bytes(changed.read_bytes().replace(b"Paola", b"Paula", 1))
+    bad = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode != 0 and "FAILED" in bad.stdout + bad.stderr
+    assert not (tmp_path / "data" / "Chat_3_Kevin_Paola.json").exists()
