@@ -129,15 +129,6 @@ class _RealtalkAdapter(FileAdapter):
     official_is_folder = True
     limit_rule = LIMIT_RULE
 
-    def data_path(self, cfg: Any) -> Path:
-        """``data.path``, else ``$REALTALK_DIR``, else ``data/realtalk`` (``make data-realtalk``)."""
-        env = cfg.data.env or self.default_env
-        path = resolve_path(cfg.data.path or os.environ.get(env) or self.default_path)
-        if not path.exists():
-            raise DataError(f"{path}: REALTALK folder not found; run `make data-realtalk` or set "
-                            f"{env}=/path/to/the folder of Chat_<n>_<A>_<B>.json (or data.path in the config)")
-        return path
-
     def data_files(self, path: Path) -> list[Path]:
         return chat_files(path)
 

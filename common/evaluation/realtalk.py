@@ -45,7 +45,7 @@ from common.core.schema import AnswerRow, Gold, JudgeRow
 from common.core.tabular import describe, format_accuracy, write_table
 from common.evaluation.judge import judge_answer
 from common.evaluation.metrics import gold_evidence_recall, locomo_f1
-from common.evaluation.scoring import failure_cause, judge_block, method_label, partial_mark, score_note
+from common.evaluation.scoring import failure_cause, judge_block, method_label, partial_mark, score_cell, score_note
 from common.evaluation.stats import score_with_ci
 
 GPT_PROMPT = "judge_realtalk_gpt_score"
@@ -230,12 +230,8 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- tables
 def cell(summary: Optional[dict[str, Any]]) -> str:
-    """``52.3 [44.1, 60.2] (sum 36.6/70)``: the pooled mean, its CI clustered by chat, sum/n."""
-    if not summary or summary.get("mean") is None:
-        return "n/a"
-    ci = summary.get("ci_cluster") or {}
-    band = f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci.get("low") is not None else ""
-    return f"{100 * summary['mean']:.1f}{band} (sum {summary['sum']:g}/{summary['n']})"
+    """``52.3 [44.1, 60.2] (sum 36.6/70)``: the pooled mean over the questions, its CI clustered by chat, sum/n."""
+    return score_cell(summary, "mean")
 
 
 def metric_rows(metrics: dict[str, Any], judge: str) -> dict[str, dict[str, Any]]:

@@ -173,6 +173,16 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     return line
 
 
+def score_cell(summary: Optional[Mapping[str, Any]], key: str = "score") -> str:
+    """``52.3 [44.1, 60.2] (sum 36.6/70)``: a fractional score (``common.evaluation.stats.score_with_ci``;
+    ``key`` names its value) in %, its 95% CI clustered by memory, and the sum of the question scores / n."""
+    if not summary or summary.get(key) is None:
+        return "n/a"
+    ci = summary.get("ci_cluster") or {}
+    band = f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci.get("low") is not None else ""
+    return f"{100 * summary[key]:.1f}{band} (sum {summary['sum']:g}/{summary['n']})"
+
+
 def system_outcomes(block: Optional[Mapping[str, Any]]) -> str:
     """The memory system's counted outcomes (``metrics.memory_system``, written by 09 from 06's rows
     and the memories' markers): empty memories and buffers, errors logged or reported while

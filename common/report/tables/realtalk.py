@@ -15,11 +15,10 @@ from typing import Any, Optional
 import numpy as np
 from matplotlib.figure import Figure
 
-from common.core.io import read_json
 from common.core.schema import Gold, from_dict
 from common.evaluation import realtalk
 from common.evaluation.metrics import accuracy
-from common.report.tables.runs import Context, InconsistentRun, MissingRun, RunData, TableError, same_number
+from common.report.tables.runs import Context, InconsistentRun, MissingRun, RunData, benchmark_runs, same_number
 from common.report.tables.table import Table
 
 MAKE_REALTALK = "make realtalk"
@@ -30,12 +29,7 @@ CATEGORIES = realtalk.DATA.categories
 
 def realtalk_runs(results: Path) -> list[RunData]:
     """Every finished REALTALK run under ``results/realtalk/`` (sorted by name)."""
-    out = []
-    for metrics in sorted((results / "realtalk").glob("*/metrics.json")):
-        data = read_json(metrics, TableError)
-        if data.get("benchmark") == "realtalk" and isinstance(data.get("judges"), dict):
-            out.append(RunData("realtalk", metrics.parent.name, metrics.parent, data))
-    return out
+    return benchmark_runs(results, "realtalk")
 
 
 def recount(run: RunData, judge: str) -> dict[str, dict[str, Optional[float]]]:

@@ -262,6 +262,17 @@ def subset_note(subset: Any, runs: dict[str, RunData]) -> str:
             "so its questions differ.")
 
 
+def benchmark_runs(results: Path, benchmark: str) -> list[RunData]:
+    """Every finished run of ``benchmark`` under ``results/<benchmark>/`` (a ``metrics.json`` of that
+    benchmark with judges), sorted by name: the runs of BEAM's and REALTALK's own tables."""
+    out = []
+    for metrics in sorted((results / benchmark).glob("*/metrics.json")):
+        data = read_json(metrics, TableError)
+        if data.get("benchmark") == benchmark and isinstance(data.get("judges"), dict):
+            out.append(RunData(benchmark, metrics.parent.name, metrics.parent, data))
+    return out
+
+
 @dataclass
 class Context:
     """What every table and figure builder reads: the results directory, the list of runs, the paper's rows.
