@@ -231,16 +231,16 @@ figures:  ## paper Figures 2 and 3, the main runs per group, the systems chart [
 
 paper: ablations baselines tables figures  ## ablations + baselines, then every table and figure (needs the main runs)
 
-compare:  ## paired comparison: A=<name or dir> [B=<name or dir>] [BENCH=locomo|longmemeval|beam] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
+compare:  ## paired comparison: A=<name or dir> [B=<name or dir>] [BENCH=locomo|longmemeval|beam|realtalk] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
 	@test -n "$(A)" || (echo "set A=<run name or dir> and B=... [BENCH=...] (or JUDGE_B=<name> for two judges of A)"; exit 2)
 	$(PY) -m common.report.compare $(A) $(B) $(if $(BENCH),--benchmark $(BENCH)) $(if $(RESULTS),--results $(RESULTS)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
 
-export:  ## portable per-question file: RUN=<name or dir> [BENCH=locomo|longmemeval|beam] -> <run dir>/export/questions.jsonl|csv, manifest.json
+export:  ## portable per-question file: RUN=<name or dir> [BENCH=locomo|longmemeval|beam|realtalk] -> <run dir>/export/questions.jsonl|csv, manifest.json
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 2)
 	$(PY) -m common.pipeline.export $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(RESULTS),--results $(RESULTS))
 
-report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeval|beam] [B=<other run>] [JUDGE=name] -> <run dir>/report/index.html
+report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeval|beam|realtalk] [B=<other run>] [JUDGE=name] -> <run dir>/report/index.html
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval] [B=<other run>]"; exit 2)
 	$(PY) -m common.report.html --run $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(B),--b $(B)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(RESULTS),--results $(RESULTS))

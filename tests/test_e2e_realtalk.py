@@ -162,6 +162,10 @@ def test_make_realtalk_end_to_end_then_rerun_makes_zero_calls_then_tables_and_fi
         assert metrics["coverage"]["mark"] == "PARTIAL 3 / 728" and metrics["dataset"]["status"] == "official"
         block = metrics["judges"]["gpt-4o-mini"]
         assert block["gpt_score"]["overall"]["n"] == 3 and block["overall"]["n"] == 3
+        exported = [json.loads(line) for line in (run_dir / "export" / "questions.jsonl").read_text().splitlines()]
+        judged = {r["qid"]: r for r in (json.loads(x) for x in (run_dir / "08_judge_gpt-4o-mini.jsonl").open())}
+        assert [e["judges"]["gpt-4o-mini"]["score"] for e in exported] == [
+            judged[e["qid"]]["scores"]["gpt_score"] for e in exported]
         paid = fake_server.request_count
         second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
         assert second.returncode == 0, second.stderr[-2000:]

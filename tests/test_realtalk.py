@@ -302,6 +302,7 @@ def test_official_sampling_sends_no_temperature_and_no_seed():
 def _run_dir(tmp_path: Path, golds: list[Gold], answers: dict[str, str], judge: dict[str, tuple]) -> SimpleNamespace:
     d = tmp_path / "run"
     d.mkdir()
+    (d / "config.resolved.yaml").write_text("benchmark: realtalk\n")
     write_jsonl(d / "01_gold.jsonl", [to_dict(g) for g in golds])
     write_jsonl(d / "07_answer.jsonl", [to_dict(AnswerRow(qid=q, memory_id=q.split(":")[0], question="?", answer=a,
                                                                   model="m", prompt_id="p"))

@@ -252,6 +252,7 @@ def test_the_official_per_category_means_of_a_chat_are_the_harness_means(officia
     questions = {q.qid: q.question for q in data.questions}
     run = tmp_path / "run"
     run.mkdir()
+    (run / "config.resolved.yaml").write_text("benchmark: realtalk\n")
     write_jsonl(run / "01_gold.jsonl", [to_dict(g) for g in golds])
     write_jsonl(run / "07_answer.jsonl", [to_dict(AnswerRow(qid=g.qid, memory_id=g.memory_id, question=questions[g.qid],
                                                             answer=ANSWERS[questions[g.qid]], model="a", prompt_id="p"))

@@ -44,6 +44,7 @@ from common.core.llm import LLMCallError, LLMClient
 from common.core.schema import AnswerRow, Gold, JudgeRow
 from common.core.tabular import describe, format_accuracy, write_table
 from common.evaluation.judge import judge_answer
+from common.evaluation.loss import decompose as loss_decomposition
 from common.evaluation.metrics import gold_evidence_recall, locomo_f1
 from common.evaluation.scoring import failure_cause, judge_block, method_label, partial_mark, score_cell, score_note
 from common.evaluation.stats import score_with_ci
@@ -223,6 +224,7 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
                                                   DATA.category)
     out["buffer_tokens"] = describe([float(rets[g.qid]["buffer_tokens"]) for g in gold if g.qid in rets])
     out["answer_failures"] = sum(1 for g in gold if answers.get(g.qid, {}).get("answer") is None)
+    out["loss"] = loss_decomposition(run.dir, judges)  # where the judge's points went (common.evaluation.loss)
     out["data_quirks"] = realtalk_errata.counts(gold)
     out["data_quirks_note"] = realtalk_errata.summary(gold)
     return out
