@@ -20,6 +20,7 @@ from common.report import sweep
 from common.systems import registry
 from tests.conftest import REPO, fake_vectors, run_overrides, run_stages, through_the_gateway
 from tests.conftest import STAGE_ORDER as ORDER
+from tests.fake_openai import FakeOpenAI, FaultPlan
 from tests.test_systems import HAVE_AMEM, HAVE_GRAPHITI, HAVE_LANGMEM, HAVE_MEM0, HAVE_SIMPLEMEM
 
 TINY = REPO / "tests" / "fixtures" / "realtalk_tiny"
@@ -103,12 +104,45 @@ def test_the_official_switches_change_the_requests_they_name_and_nothing_else(tm
     # The LoCoMo judge keeps its own settings under every switch.
     assert all(b["temperature"] == 0.0 and b["model"] == "judge-m" for b in harness["judge_locomo"] +
                official["judge_locomo"]) and len(official["judge_locomo"]) == 5
+    paid = fake_server.request_count  # the official run again: every row resumed, no call
+    run_stages("configs/realtalk_official.yaml", sets)
+    assert fake_server.request_count == paid
     text = official["answer"][0]["messages"][0]["content"]
     assert text.startswith("Below is a conversation between two people: Maren and tobias.")
     assert text.count("DATE: 09.01.2024, 21:15:00") == 2 and text.index("09.01.2024") < text.index("02.01.2024")
     assert text.endswith("Answer:\n")
     harness_text = harness["answer"][0]["messages"][1]["content"]
     assert harness_text.count("09.01.2024") == 1 and harness_text.index("02.01.2024") < harness_text.index("09.01")
+
+
+def test_a_failed_gpt_score_is_counted_then_redone_by_the_rerun_alone(tmp_path, monkeypatch):
+    """The GPT score of one answer fails for good (HTTP 500): the LoCoMo judge's label stands, the
+    question's GPT score counts 0 with its cause; the rerun redoes that row only (its judge call from
+    the cache) once the endpoint answers."""
+    sets = run_overrides(tmp_path, TINY, **{"data.memories": "[realtalk-2]", "method.name": "no_memory",
+                                            "llm.max_attempts": 1, "run.max_error_rate": 0.5})
+    with FakeOpenAI(faults=FaultPlan(pinned={"judge_realtalk_gpt_score": ["500"]})) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        run = run_stages(CONFIG, sets)
+        metrics = json.loads((run.dir / "metrics.json").read_text())
+        block = metrics["judges"]["gpt-4o-mini"]
+        assert block["gpt_score"]["failures"] == {"http_500": 1} and block["gpt_score"]["overall"]["n_failed"] == 1
+        assert block["overall"]["n_failed"] == 0  # the label of that answer is there
+        manifest = json.loads((run.dir / "08_judge_gpt-4o-mini.manifest.json").read_text())
+        assert manifest["failed_rows"] == 1, manifest
+        server.faults, start = FaultPlan(), server.request_count  # the endpoint answers again
+        run_stages(CONFIG, sets, ["judge", "aggregate"])
+        assert server.request_kinds[start:] == ["judge_realtalk_gpt_score"]
+    block = json.loads((run.dir / "metrics.json").read_text())["judges"]["gpt-4o-mini"]
+    assert block["gpt_score"]["failures"] == {} and block["gpt_score"]["overall"]["n_failed"] == 0
+
+
+def test_a_stage_stopped_by_failed_gpt_scores_names_their_cause():
+    from common.pipeline.engine import error_cause
+
+    row = {"label": 1, "error": "", "scores": {"gpt_score": None, "gpt_score_error": "http_500: the gpt score failed"}}
+    assert error_cause(row) == "http_500"
+    assert error_cause({"label": None, "error": "timeout: x", "scores": row["scores"]}) == "timeout"
 
 
 def test_the_dry_run_sizes_realtalk_from_its_own_data():

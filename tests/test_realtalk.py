@@ -282,6 +282,14 @@ def test_the_gpt_score_model_is_the_judges_unless_the_official_defect_is_on():
     assert official.role("gpt_score").model == "answer-m" and official.role("judge").model == "judge-m"
 
 
+def test_make_doctor_probes_the_gpt_score_role_and_asks_it_for_json():
+    from common.pipeline import doctor
+
+    cfg = load_config(["configs/realtalk.yaml"], ["method.name=full_context"])
+    assert doctor.roles_in_use(cfg) == ["answer", "judge", "gpt_score"]
+    assert "gpt_score" in doctor.JSON_ROLES["realtalk"]
+
+
 def test_official_sampling_sends_no_temperature_and_no_seed():
     """Defect: the official client sets no temperature (nor seed): the API's default sampling. Default here:
     temperature 0 and seed 42 (fails without the switch: the body would carry them)."""
