@@ -182,18 +182,22 @@ def _header_in_a_fresh_process(hash_seed_env: str, context_hash_seed: object) ->
                           text=True, check=True).stdout.strip()
 
 
-def _seeds_with_both_orders(names: tuple[str, ...]) -> tuple[int, int]:
-    orders = {official_context.hash_order(names, seed): seed for seed in range(40)}
-    assert len(orders) == 2, "two names: both orders occur among 40 seeds"
-    a, b = orders.values()
-    return a, b
+def seeds_with_both_orders(names: tuple[str, ...]) -> tuple[int, int]:
+    """Two PYTHONHASHSEED values under which set() orders the two names differently."""
+    orders: dict[tuple[str, ...], int] = {}
+    for seed in range(40):
+        orders.setdefault(official_context.hash_order(names, seed), seed)
+        if len(orders) == 2:
+            a, b = orders.values()
+            return a, b
+    raise AssertionError("two names: both orders occur among 40 seeds")
 
 
 def test_the_header_order_follows_the_hash_seed_only_when_asked():
     """Defect: the official header names list(set(speakers)), an order set by the process's hash seed.
     Default: their order of first appearance, the same prompt under any PYTHONHASHSEED (fails without
     the fix: a header built from set() differs between the two seeds below)."""
-    a, b = _seeds_with_both_orders(("Ruben", "Ilse"))
+    a, b = seeds_with_both_orders(("Ruben", "Ilse"))
     default = {_header_in_a_fresh_process(str(s), None) for s in (a, b)}
     assert default == {"Below is a conversation between two people: Ruben and Ilse. The conversation takes place "
                        "over multiple days and the date of each conversation is written at the beginning of the "
