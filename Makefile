@@ -22,6 +22,11 @@ LME_SHA256_longmemeval_oracle    := $(call SHA256_OF,longmemeval_oracle.json)
 LME_SHA256_longmemeval_m_cleaned := $(call SHA256_OF,longmemeval_m_cleaned.json)
 LME_CONFIG ?= configs/longmemeval.yaml
 BEAM_CONFIG ?= configs/beam.yaml
+REALTALK_CONFIG ?= configs/realtalk.yaml
+# REALTALK: the ten chat files of danny911kr/REALTALK at the pinned commit, each checked against configs/datasets.sha256.
+REALTALK_URL ?= https://raw.githubusercontent.com/danny911kr/REALTALK/b903e06a9770bf4e5fe9018c3e132889666d3b4a/data
+REALTALK_DATA ?= data/realtalk
+REALTALK_FILES = $(shell awk '$$2 ~ /^Chat_[0-9]+_.*\.json$$/ {print $$2}' configs/datasets.sha256)
 SIZE    ?=
 BENCH_ARGS ?=
 SUBSET  ?=
@@ -58,6 +63,7 @@ ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMI
        $(if $(EXECUTOR),--set run.executor=$(EXECUTOR)) $(if $(FORCE),--force)
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 BEAM_ARGS = $(subst --config $(CONFIG),--config $(BEAM_CONFIG),$(ARGS)) $(if $(SIZE),--set data.tier=$(SIZE))
+REALTALK_ARGS = $(subst --config $(CONFIG),--config $(REALTALK_CONFIG),$(ARGS))
 # The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
 STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
@@ -66,7 +72,8 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: system-env test-systems-all help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep system-cards
+        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep system-cards data-realtalk realtalk \
+        ablations-realtalk baselines-realtalk
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -80,6 +87,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
 #: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
+#: REALTALK_DIR      the REALTALK folder of the ten chat files (default data/realtalk, made by make data-realtalk)
 #: OPENAI_API_KEY    the key of OpenAI (or of any endpoint that wants one); from the environment only
 #: OPENAI_BASE_URL   an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp)
 #: PGPASSWORD        the password of a PostgreSQL cache (llm.cache_url); from the environment only
@@ -144,6 +152,22 @@ beam-%:  ## one BEAM stage of the graph, e.g. make beam-04_index
 	$(call check-stage,$*)
 	$(PY) -m BEAM.$* $(BEAM_ARGS)
 
+data-realtalk: $(addprefix $(REALTALK_DATA)/,$(REALTALK_FILES))  ## download REALTALK's ten chat files at the pinned commit into data/realtalk/, each sha256-checked (no licence file: third-party data, never committed)
+
+$(REALTALK_DATA)/Chat_%.json:
+	mkdir -p $(REALTALK_DATA)
+	curl -fsSL -o $@.part $(REALTALK_URL)/Chat_$*.json
+	echo "$(call SHA256_OF,Chat_$*.json)  $@.part" | sha256sum -c -
+	mv $@.part $@
+
+realtalk:  ## the full REALTALK pipeline 01-09 (REALTALK_CONFIG, RUN, LIMIT=N per chat across categories, MEMORIES=chat ids, SET, DRY_RUN=1)
+	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m REALTALK.01_preprocess $(REALTALK_ARGS) --dry-run; \
+	else $(PY) -m common.pipeline.run_all realtalk $(REALTALK_ARGS); fi
+
+realtalk-%:  ## one REALTALK stage of the graph, e.g. make realtalk-08_judge
+	$(call check-stage,$*)
+	$(PY) -m REALTALK.$* $(REALTALK_ARGS)
+
 longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=first N questions, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
 	else $(PY) -m common.pipeline.run_all longmemeval $(LME_ARGS); fi
@@ -193,6 +217,12 @@ ablations-beam:  ## BEAM ablations (SUBSET=<file> or all)
 baselines-beam:  ## the same baselines on BEAM (SIZE=100K|500K|1M|10M)
 	$(PY) -m common.pipeline.runner baselines --benchmark beam $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
 
+ablations-realtalk:  ## REALTALK ablations (every question, or SUBSET=<file>)
+	$(PY) -m REALTALK.10_ablations $(EXP_ARGS)
+
+baselines-realtalk:  ## the same baselines on REALTALK
+	$(PY) -m common.pipeline.runner baselines --benchmark realtalk $(EXP_ARGS)
+
 tables:  ## paper Tables 1,2,3,4,10 and the systems table from the runs that exist [RUN=main run] -> results/tables/ (md, csv, tex, sources.json); no LLM call
 	$(PY) -m common.report.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RUN),--run $(RUN)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
 
@@ -201,16 +231,16 @@ figures:  ## paper Figures 2 and 3, the main runs per group, the systems chart [
 
 paper: ablations baselines tables figures  ## ablations + baselines, then every table and figure (needs the main runs)
 
-compare:  ## paired comparison: A=<name or dir> [B=<name or dir>] [BENCH=locomo|longmemeval|beam] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
+compare:  ## paired comparison: A=<name or dir> [B=<name or dir>] [BENCH=locomo|longmemeval|beam|realtalk] [JUDGE=name] [JUDGE_B=name] [JSON=out.json]
 	@test -n "$(A)" || (echo "set A=<run name or dir> and B=... [BENCH=...] (or JUDGE_B=<name> for two judges of A)"; exit 2)
 	$(PY) -m common.report.compare $(A) $(B) $(if $(BENCH),--benchmark $(BENCH)) $(if $(RESULTS),--results $(RESULTS)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(JSON),--json $(JSON))
 
-export:  ## portable per-question file: RUN=<name or dir> [BENCH=locomo|longmemeval|beam] -> <run dir>/export/questions.jsonl|csv, manifest.json
+export:  ## portable per-question file: RUN=<name or dir> [BENCH=locomo|longmemeval|beam|realtalk] -> <run dir>/export/questions.jsonl|csv, manifest.json
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval]"; exit 2)
 	$(PY) -m common.pipeline.export $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(RESULTS),--results $(RESULTS))
 
-report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeval|beam] [B=<other run>] [JUDGE=name] -> <run dir>/report/index.html
+report:  ## per-question HTML report: RUN=<name or dir> [BENCH=locomo|longmemeval|beam|realtalk] [B=<other run>] [JUDGE=name] -> <run dir>/report/index.html
 	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval] [B=<other run>]"; exit 2)
 	$(PY) -m common.report.html --run $(RUN) $(if $(BENCH),--benchmark $(BENCH)) $(if $(B),--b $(B)) \
 		$(if $(JUDGE),--judge $(JUDGE)) $(if $(JUDGE_B),--judge-b $(JUDGE_B)) $(if $(RESULTS),--results $(RESULTS))
@@ -318,9 +348,9 @@ docs-serve: docs  ## build the site, then serve site/ on http://127.0.0.1:$(DOCS
 	@echo "the docs site: http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C stops the server)"
 	$(VENV)/bin/python -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory site
 
-clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval|beam, or all when BENCH is unset (never the LLM cache)
-	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval|beam]"; exit 1)
-	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval beam),results/$(b)/$(RUN))
+clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval|beam|realtalk, or all when BENCH is unset (never the LLM cache)
+	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval|beam|realtalk]"; exit 1)
+	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval beam realtalk),results/$(b)/$(RUN))
 
 AUDIT_ARGS = $(foreach s,$(SET),--set $(s)) $(if $(MEMORIES),--set "data.memories=[$(MEMORIES)]") \
              $(if $(LIMIT),--set data.question_limit=$(LIMIT)) $(if $(SETS),--sets $(SETS)) $(if $(DRY_RUN),--dry-run)

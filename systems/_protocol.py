@@ -57,10 +57,11 @@ def log(message: str) -> None:
 
 
 def locomo_date(text: Optional[str]) -> Optional[datetime]:
-    """A LoCoMo session date (``1:56 pm on 8 May, 2023``) or an ISO date, as UTC; None if neither."""
+    """A LoCoMo session date (``1:56 pm on 8 May, 2023``), a REALTALK one (``29.12.2023, 22:42:04``) or
+    an ISO date, as UTC; None if none of them."""
     if not text:
         return None
-    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y"):
+    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d.%m.%Y, %H:%M:%S"):
         try:
             return datetime.strptime(text.strip(), fmt).replace(tzinfo=timezone.utc)
         except ValueError:

@@ -36,6 +36,7 @@ from tests.test_plan import anchor, hop, plan
 LOCOMO = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
 LME_ITEM = REPO.parent / "shared" / "data" / "longmemeval" / "longmemeval_s_single_e47becba.json"
 LME_TINY = REPO / "tests" / "fixtures" / "lme_tiny.json"
+REALTALK = sorted((REPO.parent / "shared" / "data" / "realtalk").glob("Chat_*.json"))
 SWITCHES = {"prompts.set": "code_rules", "plan.validation": "code", "plan.audit": True,
             "answer.rerank": True, "answer.verify": True}
 
@@ -56,6 +57,8 @@ def benchmark_names() -> list[str]:
     if LME_ITEM.exists():  # the speakers are "user" and "assistant"; its answer names what it is about
         items = json.loads(LME_ITEM.read_text(encoding="utf-8"))
         names += [str(it["answer"]) for it in (items if isinstance(items, list) else [items])]
+    for path in REALTALK:  # its speakers, and the name chat 1's questions use for one of them
+        names += sorted(set(json.loads(path.read_text(encoding="utf-8"))["name"].values()) | {"Kate"})
     return names
 
 
@@ -102,7 +105,8 @@ BEAM = sorted((REPO.parent / "shared" / "data" / "beam" / "100K").glob("*/probin
 # Templates stored byte for byte from an official scorer or system (SOURCES.md): not ours to reword.
 OFFICIAL_TEMPLATES = {"judge_lme_default", "judge_lme_temporal", "judge_lme_knowledge_update", "judge_lme_preference",
                       "judge_lme_abstention", "judge_locomo_mem0", "answer_mem0_user", "mem0_locomo_instructions",
-                      "answer_beam_user", "judge_beam_rubric", "judge_beam_align_system", "judge_beam_align_user"}
+                      "answer_beam_user", "judge_beam_rubric", "judge_beam_align_system", "judge_beam_align_user",
+                      "answer_realtalk_user", "context_realtalk_header", "judge_realtalk_gpt_score"}
 
 
 def words(text: str) -> list[str]:
@@ -119,8 +123,8 @@ def four_grams(texts) -> set[tuple[str, ...]]:
 
 @functools.lru_cache(maxsize=1)
 def benchmark_grams() -> frozenset[tuple[str, ...]]:
-    """Every 4-word sequence of a question or answer of LoCoMo, the shared LongMemEval item and BEAM
-    (question, answer, rubric), built once per test session."""
+    """Every 4-word sequence of a question or answer of LoCoMo, the shared LongMemEval item, BEAM
+    (question, answer, rubric) and REALTALK (when its files are there), built once per test session."""
     texts: list[str] = []
     for conv in json.loads(LOCOMO.read_text(encoding="utf-8")):
         texts += [str(q[k]) for q in conv["qa"] for k in ("question", "answer", "adversarial_answer") if k in q]
@@ -132,6 +136,8 @@ def benchmark_grams() -> frozenset[tuple[str, ...]]:
                 for k in ("question", "answer", "rubric"):
                     v = it.get(k)
                     texts += [str(x) for x in v] if isinstance(v, list) else [str(v)] if v is not None else []
+    for path in REALTALK:
+        texts += [str(q[k]) for q in json.loads(path.read_text(encoding="utf-8"))["qa"] for k in ("question", "answer")]
     return frozenset(four_grams(texts))
 
 

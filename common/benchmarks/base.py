@@ -32,6 +32,19 @@ class BenchmarkData:
         return list(dict.fromkeys(ids))
 
 
+def named_memories(data: BenchmarkData, wanted: list[Any], label: str) -> list[str]:
+    """``data.memories`` as memory ids: each given as its id or as its number (``3`` for
+    ``beam-100K-3`` or ``realtalk-3``; ``MEMORIES=1,2`` arrives as YAML ints). ``ValueError`` names
+    the unknown ones and the known ids (a typo fails loudly rather than running on nothing)."""
+    names = [str(c) for c in wanted]
+    known = data.memory_ids
+    by_number = {m.rsplit("-", 1)[-1]: m for m in known}
+    unknown = [c for c in names if c not in known and c not in by_number]
+    if unknown:
+        raise ValueError(f"data.memories: unknown {label} {unknown}; known: {known}")
+    return [c if c in known else by_number[c] for c in names]
+
+
 class DataError(ValueError):
     """A benchmark file is unreadable or does not have the expected layout.
 

@@ -31,14 +31,13 @@ Decisions (shared/spec and the release's PROVENANCE):
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import beam_data, locomo, sampling
-from common.benchmarks.base import BenchmarkData, DataError, FileAdapter
+from common.benchmarks import beam_data, checksums, locomo, sampling
+from common.benchmarks.base import BenchmarkData, DataError, FileAdapter, named_memories
 from common.benchmarks.fields import Loc, is_instance, read_json, required, show
 from common.core.config import resolve_path
 from common.core.schema import Gold, Question, Session, Turn
@@ -102,11 +101,7 @@ def official_files(tier: str) -> dict[str, str]:
 
 def dataset_sha256(root: Path) -> str:
     """One sha256 over the files read: their paths relative to the tier folder and contents."""
-    h = hashlib.sha256()
-    for f in data_files(root):
-        h.update(f.relative_to(root).as_posix().encode("utf-8") + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).hexdigest().encode("ascii") + b"\n")
-    return h.hexdigest()
+    return checksums.folder_sha256(root, data_files(root))
 
 
 def load_beam(root: str | Path) -> BenchmarkData:
@@ -256,13 +251,7 @@ def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: 
     """Keep the chats named (memory ids, or their folder numbers) and N questions of each, drawn
     across its abilities (``sample``)."""
     if chats is not None:
-        chats = [str(c) for c in chats]  # MEMORIES=1,2 arrives as YAML ints
-        known = data.memory_ids
-        by_number = {m.rsplit("-", 1)[-1]: m for m in known}
-        unknown = [c for c in chats if c not in known and c not in by_number]
-        if unknown:
-            raise ValueError(f"data.memories: unknown BEAM chat(s) {unknown}; known: {known}")
-        chats = [c if c in known else by_number[c] for c in chats]
+        chats = named_memories(data, chats, "BEAM chat(s)")
     kept = locomo.select(data, chats, None)  # the chats, as LoCoMo keeps conversations
     return kept if question_limit is None else sample(kept, question_limit)
 

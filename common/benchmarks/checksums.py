@@ -10,6 +10,8 @@ hex digits is a git blob id and the file is compared by its blob id.
 """
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
@@ -23,8 +25,32 @@ Official = Union[str, Mapping[str, str]]
 SHOWN = 3  # a folder's differing files named in the warning (the rest counted; all are in ``sha256``)
 
 
+def folder_sha256(root: Path, files: list[Path]) -> str:
+    """One sha256 over a release folder's files as read: each path relative to ``root``, then the
+    sha256 of its contents (BEAM's tier folders, REALTALK's chat files)."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode("utf-8") + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).hexdigest().encode("ascii") + b"\n")
+    return h.hexdigest()
+
+
+def official_files(pattern: str, path: Path = FILE) -> dict[str, str]:
+    """File name -> official sha256 of every release file whose name matches the regular expression
+    ``pattern`` (a release of several files listed one per line: REALTALK's ``Chat_<n>_<A>_<B>.json``)."""
+    rx = re.compile(pattern)
+    return {name: sha for name, sha in _table(path).items() if rx.fullmatch(name)}
+
+
 def official(name: str, path: Path = FILE) -> str:
     """The official sha256 of release file ``name`` (one-line error naming the file if absent)."""
+    table = _table(path)
+    if name not in table:
+        raise ValueError(f"{path}: no sha256 for {name!r} (known: {', '.join(table)})")
+    return table[name]
+
+
+def _table(path: Path) -> dict[str, str]:
     table: dict[str, str] = {}
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip() or line.startswith("#"):
@@ -33,9 +59,7 @@ def official(name: str, path: Path = FILE) -> str:
         if len(parts) != 2 or len(parts[0]) != 64:
             raise ValueError(f"{path}: line {n}: expected '<sha256>  <file name>', got {line!r}")
         table[parts[1]] = parts[0]
-    if name not in table:
-        raise ValueError(f"{path}: no sha256 for {name!r} (known: {', '.join(table)})")
-    return table[name]
+    return table
 
 
 def check(expected: Official, path: Optional[Path], sha256: Optional[str] = None, *, folder: bool = False,

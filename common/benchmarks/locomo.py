@@ -72,7 +72,7 @@ def load_locomo(path: str | Path) -> LocomoData:
     golds: list[Gold] = []
     for sample, sample_id, loc in iter_items(Path(path), "sample", "sample_id"):
         conversation = required(sample, "conversation", dict, loc)
-        sample_sessions = _parse_conversation(conversation, sample_id, loc.at("conversation"))
+        sample_sessions = parse_conversation(conversation, sample_id, loc.at("conversation"))
         dia_ids = {turn.dia_id for session in sample_sessions for turn in session.turns}
         sessions.extend(sample_sessions)
 
@@ -81,14 +81,18 @@ def load_locomo(path: str | Path) -> LocomoData:
             # qid uses the 1-based position in the sample's qa list: stable across runs and
             # traceable back to the file without renaming anything upstream.
             qid = f"{sample_id}:q{j + 1:04d}"
-            question, gold = _parse_qa(item, qid, sample_id, dia_ids, loc.at(f"qa[{j}]"))
+            question, gold = parse_qa(item, qid, sample_id, dia_ids, loc.at(f"qa[{j}]"))
             questions.append(question)
             golds.append(gold)
     return LocomoData(sessions=sessions, questions=questions, gold=golds)
 
 
-def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: Loc) -> list[Session]:
-    speakers = [required(conv, "speaker_a", str, loc), required(conv, "speaker_b", str, loc)]
+def parse_conversation(conv: dict[str, Any], sample_id: str, loc: Loc, speakers: list[str] | None = None,
+                       text_key: str = "text") -> list[Session]:
+    """The ``session_N`` lists of a conversation in LoCoMo's layout (REALTALK's too: its speakers
+    come from its ``name`` field, its turns' text from ``clean_text``)."""
+    if speakers is None:
+        speakers = [required(conv, "speaker_a", str, loc), required(conv, "speaker_b", str, loc)]
     numbered = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION_KEY.fullmatch(key)))
     if not numbered:
         raise loc.error("no session_N keys")
@@ -101,7 +105,7 @@ def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: Loc) -> list[
             # Nothing to remember, and the partition stage would pay for an empty prompt.
             raise loc.at(key).error("empty session (no turns)")
         date_time = required(conv, f"{key}_date_time", str, loc)
-        turns = [_parse_turn(t, loc.at(key).at(f"[{k}]")) for k, t in enumerate(raw_turns)]
+        turns = [parse_turn(t, loc.at(key).at(f"[{k}]"), text_key) for k, t in enumerate(raw_turns)]
         for k, turn in enumerate(turns):
             # Evidence and retrieval are keyed by dia_id, so a repeat would make them ambiguous.
             if turn.dia_id in seen_dia_ids:
@@ -120,7 +124,7 @@ def _parse_conversation(conv: dict[str, Any], sample_id: str, loc: Loc) -> list[
     return sessions
 
 
-def _parse_turn(raw: Any, loc: Loc) -> Turn:
+def parse_turn(raw: Any, loc: Loc, text_key: str = "text") -> Turn:
     if not isinstance(raw, dict):
         raise loc.error(f"expected an object, got {show(raw)}")
     img_url = optional(raw, "img_url", (list, str), loc)
@@ -132,7 +136,7 @@ def _parse_turn(raw: Any, loc: Loc) -> Turn:
     return Turn(
         dia_id=required(raw, "dia_id", str, loc),
         speaker=required(raw, "speaker", str, loc),
-        text=required(raw, "text", str, loc),
+        text=required(raw, text_key, str, loc),
         role="user",  # both LoCoMo speakers are people; neither is an assistant
         img_url=list(img_url or []),
         blip_caption=optional(raw, "blip_caption", str, loc) or "",
@@ -140,7 +144,7 @@ def _parse_turn(raw: Any, loc: Loc) -> Turn:
     )
 
 
-def _parse_qa(
+def parse_qa(
     raw: Any, qid: str, sample_id: str, dia_ids: set[str], loc: Loc
 ) -> tuple[Question, Gold]:
     if not isinstance(raw, dict):

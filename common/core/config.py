@@ -27,12 +27,13 @@ from common.core.yamlio import load_yaml
 
 ROLES = ("partition", "extract", "plan", "bridge", "answer", "judge", "memory",
          "plan_audit", "answer_rerank", "answer_verify", "answer_draft", "answer_count", "answer_temporal",
-         "answer_order")
+         "answer_order", "gpt_score")
 # The extra calls of the authors' planner and LongMemEval answer step (plan.audit, answer.rerank,
 # answer.verify, answer.draft, answer.routes) have roles of their own, so the ledger and the dry run
 # count them apart; their unset settings come from the role they assist, then from models.default.
 ROLE_PARENT = {"plan_audit": "plan", "answer_rerank": "answer", "answer_verify": "answer", "answer_draft": "answer",
-               "answer_count": "answer", "answer_temporal": "answer", "answer_order": "answer"}
+               "answer_count": "answer", "answer_temporal": "answer", "answer_order": "answer",
+               "gpt_score": "judge"}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -83,6 +84,9 @@ class ModelsConfig:
     answer_count: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=3000))
     answer_temporal: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=1800))
     answer_order: RoleConfig = field(default_factory=lambda: RoleConfig(max_tokens=2200))  # their audit: 2200
+    # REALTALK's official GPT score (0-1), a judge call of its own beside the LoCoMo judge; its unset
+    # settings come from the judge role (score.realtalk_gpt_score_model: answer, from the answer role).
+    gpt_score: RoleConfig = field(default_factory=RoleConfig)
 
 
 @dataclass(frozen=True)
@@ -379,6 +383,14 @@ class MethodConfig:
                         "langmem", "graphiti", "simplemem"],
                 ImportPath] = "ensimem"
     context_tokens: int = 120000  # full_context budget (o200k tokens); fits 128k-window models
+    # full_context's rendering: harness (every benchmark's session blocks), or REALTALK's
+    # evaluate_memory.py context (common.method.official_context): official = byte for byte (every
+    # session twice, newest first), chronological = the same text with each session once, oldest first.
+    context_builder: Literal["harness", "official", "chronological"] = "harness"
+    # The official/chronological header names the two speakers in the order Python's set() gives
+    # under PYTHONHASHSEED=<this> (as the official code, whose order changes from process to process);
+    # null: their order of first appearance (one prompt whatever the hash seed).
+    context_hash_seed: Optional[int] = None
     rag_k: int = 10  # rag_turns: turns retrieved per question
     options: dict = field(default_factory=dict)  # a system's own settings (mem0: top_k, batch_size)
 
@@ -443,7 +455,8 @@ class AnswerConfig:
     # harness: the common answer prompt of every system without a plan (one protocol);
     # mem0: mem0's own LoCoMo answer prompt, to show how much the prompt alone moves a number.
     # beam: the official BEAM runner's answer prompt (its RAG template), for rows comparable to BEAM's.
-    prompt: Literal["harness", "mem0", "beam"] = "harness"
+    # realtalk: REALTALK's official QA prompt after the buffer (evaluate_memory.py's one user message).
+    prompt: Literal["harness", "mem0", "beam", "realtalk"] = "harness"
     # The generic parts of the authors' LongMemEval answer step, never routed on a label:
     # rerank: one call (role answer_rerank) picks up to rerank_max buffer episodes that fill the
     # question's evidence slots; the answer call then reads only those. verify: the answer is a
@@ -520,6 +533,12 @@ class ScoreConfig:
     # client (langchain's ChatOpenAI in src/llm.py) sends no seed: false drops it for the judge role
     # of a BEAM run (a new cache entry per call).
     beam_judge_seed: bool = True
+    # REALTALK (common.evaluation.realtalk): the official GPT score is asked of the judge role's model
+    # (role gpt_score); answer: of the answer model, as evaluate_memory.py does (the model judges its
+    # own answers). official sampling: the answer and GPT-score requests carry no temperature and no
+    # seed, as the official client sends them (harness: temperature 0, seed 42).
+    realtalk_gpt_score_model: Literal["judge", "answer"] = "judge"
+    realtalk_sampling: Literal["harness", "official"] = "harness"
 
 
 @dataclass(frozen=True)
@@ -565,7 +584,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Config:
-    benchmark: Literal["locomo", "longmemeval", "beam"] = "locomo"
+    benchmark: Literal["locomo", "longmemeval", "beam", "realtalk"] = "locomo"
     data: DataConfig = field(default_factory=DataConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
@@ -590,7 +609,10 @@ class Config:
 
     def role(self, role: str) -> RoleSettings:
         """Merge ``models.default`` with ``models.<role>`` into resolved settings."""
-        owners = [role] + ([ROLE_PARENT[role]] if role in ROLE_PARENT else [])
+        parent = ROLE_PARENT.get(role)
+        if role == "gpt_score" and self.score.realtalk_gpt_score_model == "answer":
+            parent = "answer"  # REALTALK's official GPT score asks the answer model (its own answers)
+        owners = [role] + ([parent] if parent else [])
         chain = [getattr(self.models, r) for r in owners]
         base = self.models.default
 
@@ -600,6 +622,9 @@ class Config:
         merged = {f.name: pick(f.name) for f in dataclasses.fields(RoleConfig)}
         if role == "judge" and self.benchmark == "beam" and not self.score.beam_judge_seed:
             merged["seed"] = None  # the official BEAM judge client sends none
+        official = self.benchmark == "realtalk" and self.score.realtalk_sampling == "official"
+        if official and role in ("answer", "gpt_score"):
+            merged["temperature"] = merged["seed"] = None  # REALTALK's client sends neither
         if not merged["model"]:
             raise ConfigError(f"models.{role}.model: no model configured")
         base_url = merged["base_url"]
@@ -614,7 +639,8 @@ class Config:
             role=role,
             model=merged["model"],
             base_url=base_url,
-            temperature=merged["temperature"] if merged["temperature"] is not None else 0.0,
+            temperature=(None if official and role in ("answer", "gpt_score") else
+                         merged["temperature"] if merged["temperature"] is not None else 0.0),
             seed=merged["seed"],
             max_tokens=merged["max_tokens"],
             top_p=merged["top_p"],
@@ -832,6 +858,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError("llm.batch_max_requests: must be >= 1")
     if cfg.judge.runs < 1:
         raise ConfigError("judge.runs: must be >= 1")
+    if cfg.method.context_builder != "harness" and cfg.benchmark != "realtalk":
+        raise ConfigError(f"method.context_builder: {cfg.method.context_builder!r} is REALTALK's context "
+                          f"(benchmark realtalk), not {cfg.benchmark}'s; use harness")
     if cfg.answer.rerank_max < 1:
         raise ConfigError("answer.rerank_max: must be >= 1")
     for key in ("user_overlap_max", "temporal_batch", "count_batch", "date_window_max", "user_overlap_temporal_max"):

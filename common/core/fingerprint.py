@@ -46,6 +46,7 @@ LATER_DEFAULTS: dict[str, dict[str, Any]] = {
                "rerank_pad_operators": False, "draft_rules": False, "draft_audit": False, "verify_checklist": False,
                "verify_short": True},
     "extract": {"speaker_event_projection": False, "object_creator_projection": False, "speaker_event_rule": "harness"},
+    "method": {"context_builder": "harness", "context_hash_seed": None},
     "retrieve": {"entity_match": "fuzzy", "field_scores": "harness", "block_empty_bridge": False,
                  "broad_state_lookup": False, "block_rule": "empty_bridge", "lexical_aliases": False,
                  "lexical_stopwords": "harness", "lexical_phrase_text": "counted", "bridge_question": True},
@@ -151,11 +152,12 @@ def _method_section(cfg: Config, section: str) -> dict[str, Any]:
 
 def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
     beam = str(cfg.benchmark) == "beam"
+    realtalk = str(cfg.benchmark) == "realtalk"
     prompts = {k: v for k, v in _prompt_hashes(judge=True).items()
                if k == cfg.judge.prompt
                or (cfg.judge.prompt == "official" and k.startswith("judge_lme_") and not k.startswith(AUTHORS_PREFIX))
                or (cfg.judge.prompt == "authors" and k.startswith(AUTHORS_PREFIX))
-               or (beam and k.startswith("judge_beam_"))}
+               or (beam and k.startswith("judge_beam_")) or (realtalk and k.startswith("judge_realtalk_"))}
     out: dict[str, Any] = {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
            "judge_prompts": prompts, "scoring_policy": policy}
     if cfg.judge.runs != 1:  # only then: single-run fingerprints made before judge.runs stay valid
@@ -165,6 +167,10 @@ def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
                                "fill_question": cfg.score.beam_fill_question}
         if cfg.score.beam_empty_answers != "zero":  # added later: only when set, older fingerprints stay
             out["beam_scoring"]["empty_answers"] = cfg.score.beam_empty_answers
+    if realtalk:  # the GPT score's own role (its model: the judge's, or officially the answer model's)
+        out["gpt_score_role"] = _role(cfg, "gpt_score")
+        out["realtalk_scoring"] = {"gpt_score_model": cfg.score.realtalk_gpt_score_model,
+                                   "sampling": cfg.score.realtalk_sampling}
     return out
 
 

@@ -96,7 +96,7 @@ class RoleSettings:
     role: str
     model: str
     base_url: BaseUrl = None  # one URL, or replicas of the same model (``EndpointSpec``s)
-    temperature: float = 0.0
+    temperature: Optional[float] = 0.0  # None: not sent (REALTALK's official client sends none)
     seed: Optional[int] = 42
     max_tokens: Optional[int] = None
     top_p: Optional[float] = None
@@ -456,7 +456,8 @@ class LLMClient:
     def request_body(settings: RoleSettings, messages: list[dict[str, str]], json_mode: bool) -> dict[str, Any]:
         """The chat request a role's settings make (also what ``make doctor`` probes an endpoint with)."""
         body: dict[str, Any] = {"model": settings.model, "messages": messages}
-        body["temperature"] = settings.temperature
+        if settings.temperature is not None:
+            body["temperature"] = settings.temperature
         if settings.seed is not None:
             body["seed"] = settings.seed
         if settings.max_tokens is not None:

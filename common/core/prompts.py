@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from pathlib import Path
 
 PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts"
@@ -55,6 +56,17 @@ def fill(prompt_id: str, **slots: object) -> str:
             raise KeyError(f"prompt '{prompt_id}' has no slot {marker}")
         text = text.replace(marker, str(value))
     return text
+
+
+def fill_once(prompt_id: str, **slots: object) -> str:
+    """The template with its ``{name}`` slots filled in ONE pass, as ``str.format`` or an f-string
+    fills them: a filled value is never scanned again (``fill`` fills one slot after another)."""
+    text = load(prompt_id)
+    for name in slots:
+        if "{" + name + "}" not in text:
+            raise KeyError(f"prompt '{prompt_id}' has no slot {{{name}}}")
+    pattern = re.compile("|".join(re.escape("{" + name + "}") for name in slots))
+    return pattern.sub(lambda m: str(slots[m.group(0)[1:-1]]), text)
 
 
 def prompt_hash(*prompt_ids: str) -> str:

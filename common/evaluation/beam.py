@@ -61,7 +61,7 @@ from common.core.io import read_jsonl
 from common.core.llm import LLMCallError, LLMClient
 from common.core.schema import AnswerRow, Gold, JudgeRow
 from common.core.tabular import write_table
-from common.evaluation.scoring import failure_cause, method_label, partial_mark
+from common.evaluation.scoring import failure_cause, method_label, partial_mark, score_cell
 from common.evaluation.stats import score_with_ci
 
 ABILITIES = ("abstention", "contradiction_resolution", "event_ordering", "information_extraction",
@@ -453,11 +453,7 @@ def aggregate(run: Any, judges: list[str]) -> dict[str, Any]:
 
 
 def _cell(summary: Optional[dict[str, Any]]) -> str:
-    if not summary or summary.get("score") is None:
-        return "n/a"
-    ci = summary.get("ci_cluster") or {}
-    ci_txt = f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci.get("low") is not None else ""
-    return f"{100 * summary['score']:.1f}{ci_txt} (sum {summary['sum']:g}/{summary['n']})"
+    return score_cell(summary, "score")
 
 
 def table_rows(metrics: dict[str, Any], judge: str) -> list[dict[str, str]]:

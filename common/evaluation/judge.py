@@ -7,7 +7,6 @@ failure (label None), which strict accuracy counts as wrong and never drops.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Callable
 
 from common.core import prompts
@@ -35,21 +34,13 @@ def parse_label(text: str) -> int:
     return LABELS[label]
 
 
-_SLOT_RE = re.compile(r"\{(question|gold_answer|generated_answer)\}")
-
-
 def fill_prompt(prompt_id: str, question: str, gold: str, answer: str) -> str:
     """The judge prompt with its three slots filled in ONE pass, as mem0's ``str.format`` does.
 
     ``prompts.fill`` replaces slots one after another, so an answer or question holding the text
     ``{gold_answer}`` would be substituted again; here a filled value is never rescanned.
     """
-    text = prompts.load(prompt_id)
-    values = {"question": str(question), "gold_answer": str(gold), "generated_answer": str(answer)}
-    for name in values:
-        if "{" + name + "}" not in text:
-            raise KeyError(f"prompt '{prompt_id}' has no slot {{{name}}}")
-    return _SLOT_RE.sub(lambda m: values[m.group(1)], text)
+    return prompts.fill_once(prompt_id, question=str(question), gold_answer=str(gold), generated_answer=str(answer))
 
 
 def judge_messages(prompt_id: str, question: str, gold: str, answer: str) -> list[dict[str, str]]:

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common.core.schema import Gold
-from common.evaluation import beam, locomo, longmemeval
+from common.evaluation import beam, locomo, longmemeval, realtalk
 
 
 class Evaluator(Protocol):
@@ -22,7 +22,8 @@ class Evaluator(Protocol):
     def write_tables(self, run: Any, metrics: dict[str, Any]) -> list[Path]: ...
 
 
-EVALUATORS: dict[str, Evaluator] = {"locomo": locomo, "longmemeval": longmemeval, "beam": beam.Beam()}
+EVALUATORS: dict[str, Evaluator] = {"locomo": locomo, "longmemeval": longmemeval, "beam": beam.Beam(),
+                                    "realtalk": realtalk.Realtalk()}
 
 
 def evaluator(name: str, cfg: Any = None) -> Evaluator:

@@ -44,6 +44,9 @@ POLICIES = {
     "longmemeval": "LongMemEval all 500 items scored (abstention by _abs in the id); official "
                    "templates, label = 'yes' in reply; failures count wrong in strict accuracy, "
                    "excluded in clean",
+    "realtalk": "REALTALK all 728 questions scored; official token F1 and GPT score (0-1, failures count 0) "
+                "per category, the LoCoMo judge's CORRECT/WRONG label beside them, never averaged; failures "
+                "count wrong in strict accuracy, excluded in clean",
     "beam": "BEAM all probing questions scored; official rubric judge (one call per item, event ordering "
             "by LLM alignment and tau_norm), mean over chats per ability; failures count 0",
 }
@@ -174,6 +177,16 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
     elif dataset.get("status") == "sample":  # a bundled sample (data.sample), named as one
         line += f" Data: {dataset.get('note')}."
     return line
+
+
+def score_cell(summary: Optional[Mapping[str, Any]], key: str = "score") -> str:
+    """``52.3 [44.1, 60.2] (sum 36.6/70)``: a fractional score (``common.evaluation.stats.score_with_ci``;
+    ``key`` names its value) in %, its 95% CI clustered by memory, and the sum of the question scores / n."""
+    if not summary or summary.get(key) is None:
+        return "n/a"
+    ci = summary.get("ci_cluster") or {}
+    band = f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci.get("low") is not None else ""
+    return f"{100 * summary[key]:.1f}{band} (sum {summary['sum']:g}/{summary['n']})"
 
 
 def system_outcomes(block: Optional[Mapping[str, Any]]) -> str:

@@ -107,13 +107,15 @@ def prompt_family(plan: Plan | None, retrieval: RetrievalRow, style: str = "harn
     """EnSIMem's answer prompt (with the plan); systems without a plan get the same rules
     without it (``answer_baseline``), or the closed-book prompt when they carry no memory;
     ``style="mem0"`` (config ``answer.prompt``) gives them mem0's own LoCoMo answer prompt,
-    ``style="beam"`` the official BEAM runner's answer prompt."""
+    ``style="beam"`` the official BEAM runner's answer prompt, ``style="realtalk"`` REALTALK's."""
     if plan is not None:
         return "answer"
     if style == "mem0":
         return "answer_mem0"
     if style == "beam":
         return "answer_beam"
+    if style == "realtalk":
+        return "answer_realtalk"
     if style != "harness":  # a system's own answer prompt (systems.protocol: native)
         return f"answer_{style}"
     return "answer_closed_book" if retrieval.mode == "no_memory" else "answer_baseline"
@@ -193,7 +195,12 @@ def answer_messages(question: Question, plan: Plan | None, retrieval: RetrievalR
         # BEAM's official RAG answer prompt: one user message, the buffer as its context.
         return [{"role": "user", "content": prompts.fill("answer_beam_user", question=question.question,
                                                          context=retrieval.buffer_text)}]
-    if plan is None and style not in ("harness", "mem0", "beam"):
+    if pid == "answer_realtalk":
+        # REALTALK's evaluate_memory.py: one user message, the context then its QA prompt. Filled in one
+        # pass (as its f-strings are), so a "{question}" inside the context is never replaced.
+        return [{"role": "user", "content": prompts.fill_once("answer_realtalk_user", context=retrieval.buffer_text,
+                                                              question=question.question)}]
+    if plan is None and style not in ("harness", "mem0", "beam", "realtalk"):
         return system_messages(pid, question, retrieval)
     if plan is None:
         user = prompts.fill(f"{pid}_user", question_date=date, question=question.question,

@@ -7,7 +7,8 @@ differs from EnSIMem is which turns reach the answer model.
 * ``full_context``: every session of the memory, oldest first. When the rendering exceeds
   ``method.context_tokens`` (o200k tokens), whole sessions are dropped from the OLDEST end until
   it fits; the row records how many were dropped. Recent sessions are kept because benchmark
-  questions are asked at the end of the history.
+  questions are asked at the end of the history. ``method.context_builder`` official or
+  chronological renders REALTALK's official context instead (``common.method.official_context``).
 * ``rag_turns``: dense retrieval over single turns: the ``method.rag_k`` turns most similar to
   the question (cosine, the configured embedding model), shown in conversation order.
 * ``no_memory``: an empty buffer (closed book): what the answer model knows without memory.
@@ -25,6 +26,7 @@ import numpy as np
 
 from common.core.schema import Gold, Question, RetrievalRow, Session, Turn
 from common.core.tokens import count_tokens
+from common.method import official_context
 from common.method.render import MemoryView, render_turn
 
 METHODS = ("full_context", "rag_turns", "no_memory", "oracle")
@@ -57,8 +59,16 @@ def _row(q: Question, method: str, view: MemoryView, chosen: dict[str, list[Turn
                         seconds=round(time.perf_counter() - started, 4), method_info=info)
 
 
-def full_context(q: Question, view: MemoryView, context_tokens: int, include_images: bool) -> RetrievalRow:
+def full_context(q: Question, view: MemoryView, context_tokens: int, include_images: bool,
+                 builder: str = "harness", hash_seed: Optional[int] = None) -> RetrievalRow:
     started = time.perf_counter()
+    if builder != "harness":  # REALTALK's official text (every turn of the sessions kept, as they are)
+        text, sessions, info = official_context.build(view, builder, hash_seed, context_tokens)
+        return RetrievalRow(qid=q.qid, memory_id=q.memory_id, question=q.question, mode="full_context", scope="",
+                            reasoning_type="", selected=[], episode_ids=[],
+                            dia_ids=[t.dia_id for s in sessions for t in s.turns], coverage={}, buffer_text=text,
+                            buffer_tokens=count_tokens(text), seconds=round(time.perf_counter() - started, 4),
+                            method_info=info)
     sizes = [count_tokens(f"{session_header(s)}\n" + "\n".join(render_turn(t, include_images) for t in s.turns))
              for s in view.sessions]
     kept, total = [], 0

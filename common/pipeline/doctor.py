@@ -46,6 +46,7 @@ from common.core.llm import (
     failure_cause,
     resolve_endpoints,
 )
+from common.evaluation.registry import evaluator
 from common.pipeline.dryrun import estimate, format_estimate
 from common.pipeline.engine import Run, run_pipeline
 from common.pipeline.graph import llm_stages
@@ -62,7 +63,8 @@ PROBE_SCHEMA = {"type": "json_schema", "json_schema": {"name": "probe", "strict"
 # and the answer stage ask for plain text.
 JSON_ROLES = {"locomo": ("partition", "extract", "plan", "bridge", "judge"),
               "longmemeval": ("partition", "extract", "plan", "bridge"),
-              "beam": ("partition", "extract", "plan", "bridge")}
+              "beam": ("partition", "extract", "plan", "bridge"),
+              "realtalk": ("partition", "extract", "plan", "bridge", "judge", "gpt_score")}
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 # What a probe call may raise: the SDK's errors, and a 200 whose body is not a chat completion
 # (cut-off JSON, no choices).
@@ -110,7 +112,8 @@ def roles_in_use(cfg: Config) -> list[str]:
     own = system_class(cfg.method.name).role  # an outside system's own calls (mem0's extraction)
     if own and own not in roles:
         roles.append(own)
-    return roles
+    # The judge stage's other roles (REALTALK's GPT score), asked of the evaluator that calls them.
+    return roles + [r for r in getattr(evaluator(cfg.benchmark), "roles", ()) if r not in roles]
 
 
 def targets(cfg: Config) -> tuple[list[Target], list[Check]]:

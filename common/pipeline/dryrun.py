@@ -28,10 +28,11 @@ from common.core.config import ONLINE_ROLES, ROLE_PARENT, ROLES, Config, ConfigE
 from common.core.io import read_jsonl
 from common.core.schema import Plan
 from common.core.tokens import count_tokens
-from common.evaluation import audited, beam
+from common.evaluation import audited, beam, realtalk
 from common.evaluation.judge import judge_messages
 from common.evaluation.judge_lme import judge_messages as lme_messages
 from common.evaluation.judge_lme import judge_template
+from common.method import official_context
 from common.method.answer import RERANK_PROMPT_IDS, VERIFY_PROMPT_IDS
 from common.method.dedup import representatives
 from common.method.episodes import partition_messages
@@ -203,11 +204,18 @@ def estimate(cfg: Config) -> dict[str, Any]:
         by_memory: dict[str, int] = {}
         for s in data.sessions:
             by_memory[s.memory_id] = by_memory.get(s.memory_id, 0) + sum(turn_tokens[rep[s.key].key])
+        if cfg.method.name == "full_context" and cfg.method.context_builder != "harness":
+            # REALTALK's official context (each session twice) or its chronological one: the exact text.
+            by_memory = {m: count_tokens(official_context.build(
+                MemoryView(m, [s for s in data.sessions if s.memory_id == m]), cfg.method.context_builder,
+                cfg.method.context_hash_seed, cfg.method.context_tokens)[0]) for m in by_memory}
         conv = sum(by_memory.get(q.memory_id, 0) for q in data.questions) / nq if nq else 0
         buffer = {"full_context": min(conv, cfg.method.context_tokens), "rag_turns": cfg.method.rag_k * mean_turn,
                   "no_memory": 0, "oracle": ASSUME["oracle_turns"] * mean_turn}.get(
             cfg.method.name, ASSUME["system_items"] * mean_turn)
         answer_prompt = "answer_closed_book_system" if cfg.method.name == "no_memory" else "answer_baseline_system"
+        if cfg.answer.prompt == "realtalk":
+            answer_prompt = "answer_realtalk_user"
         if system.role:  # an outside system's own LLM calls while it ingests, when it says how many
             views = {m: MemoryView(m, [s for s in data.sessions if s.memory_id == m])
                      for m in dict.fromkeys(s.memory_id for s in data.sessions)}
@@ -275,7 +283,10 @@ def estimate(cfg: Config) -> dict[str, Any]:
     q_by = {q.qid: q for q in data.questions}
     answer_text = "a " * int(ASSUME["answer_text"])  # an assumed answer of that many tokens
     beam_calls: dict[str, int] = {}
-    if cfg.benchmark == "locomo":
+    gpt_in = 0  # REALTALK: the official GPT score, one more call per question (role gpt_score)
+    if cfg.benchmark in ("locomo", "realtalk"):
+        if cfg.benchmark == "realtalk":
+            gpt_in = sum(_tok(realtalk.gpt_messages(q_by[g.qid].question, g.answer, answer_text)) for g in scored)
         tin = sum(_tok(judge_messages(cfg.judge.prompt, q_by[g.qid].question, g.answer, answer_text)) for g in scored)
     elif str(cfg.benchmark) == "beam":  # one call per rubric item plus the event-ordering alignment calls
         opts = beam.options(cfg)
@@ -302,6 +313,13 @@ def estimate(cfg: Config) -> dict[str, Any]:
             _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name) * runs,
             "exact judge prompts; answer length assumed" + (f"; {runs} judge runs per answer" if runs > 1 else "")
             + (f"; {again} corrected answers judged again (data.errata)" if again else ""))
+    if gpt_in:
+        n_gpt = len(scored) * runs
+        add(by_name("judge").instance(cfg.judge.name), realtalk.GPT_ROLE, n_gpt, gpt_in * runs,
+            ASSUME["judge_out"] * n_gpt,
+            _existing(run_dir, artifacts.judge_path(run_dir, cfg.judge.name).name) * runs,
+            "REALTALK's GPT score, one per answer (the model of role gpt_score); exact prompt, answer length "
+            "assumed; a reply that is not JSON is asked again up to 3 times (not counted)")
     # A stage added to the graph without an estimator here is listed, never silently left out.
     estimated = {s["stage"].split("_")[0] for s in stages}
     for node in llm_stages():  # every one has a role

@@ -196,7 +196,9 @@ def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn:
 def error_cause(row: dict[str, Any]) -> str:
     """The cause of a failed row: the head of its ``<cause>: <detail>`` error (a judge row without
     an answer: the answer's cause)."""
-    error = str(row.get("error") or row.get("fallback_error") or "")
+    # A judge row whose second part failed (REALTALK's GPT score) names it in its scores' <part>_error.
+    part = next((v for k, v in sorted((row.get("scores") or {}).items()) if k.endswith("_error") and v), "")
+    error = str(row.get("error") or row.get("fallback_error") or part or "")
     head, _, rest = error.partition(":")
     if head.strip() == "no_answer":
         head = rest.strip().partition(":")[0]

@@ -106,6 +106,8 @@ def _judge_block(r: dict[str, Any]) -> dict[str, Any]:
     block = {"label": r.get("label"), "labels": r.get("labels") or [], "score": r.get("score"),
              "judge_model": r.get("judge_model"), "error": r.get("error") or ""}
     scores = r.get("scores") or {}
+    if "gpt_score" in scores:  # REALTALK: the official GPT score (0-1) beside the LoCoMo judge's label
+        return block | {"score": scores["gpt_score"], "score_error": scores.get("gpt_score_error") or ""}
     if scores:
         block["scores"] = {v: scores.get(v) for v in SCORE_VARIANTS} | {"headline": scores.get("headline")}
         block["score"] = scores.get(scores.get("headline") or "official")
@@ -185,7 +187,7 @@ def export_run(run_dir: Path, out_dir: Optional[Path] = None) -> dict[str, Path]
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m common.pipeline.export", description=(__doc__ or "").split("\n")[0])
     p.add_argument("run", help="a run directory, or a run name under results/<benchmark>/")
-    p.add_argument("--benchmark", choices=("locomo", "longmemeval", "beam"), default=None,
+    p.add_argument("--benchmark", choices=("locomo", "longmemeval", "beam", "realtalk"), default=None,
                    help="where to look for a run name (default: whichever has it)")
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default results)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default <run>/export)")

@@ -88,17 +88,21 @@ def preprocess(run: Run) -> None:
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
     selection = _selection(run, data.gold)
+    notes: list[str] = getattr(adapter(run.cfg.benchmark), "notes", lambda d: [])(data)  # REALTALK: its quirks
     manifest(run, ID["preprocess"], inputs=[src], outputs=outs, rows=len(data.questions),
                    started=started, extra={"source": str(src), "fingerprint": run_fp,
                                            "subset": str(subset.path) if subset else None,
                                            "memories": len({s.memory_id for s in data.sessions}),
                                            "sessions": len(data.sessions), "turns": n_turns,
-                                           **({"selection": selection} if selection else {})})
+                                           **({"selection": selection} if selection else {}),
+                                           **({"notes": notes} if notes else {})})
     print(f"{ID['preprocess']}: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
           f"{n_turns} turns, {len(data.questions)} questions -> {run.dir}", flush=True)
     if selection:
         print(f"{ID['preprocess']}: LIMIT={selection['question_limit']}: {selection['rule']}; by category: "
               + ", ".join(f"{c} {n}" for c, n in selection["by_category"].items()), flush=True)
+    for note in notes:
+        print(f"{ID['preprocess']}: {note}", flush=True)
 
 
 def _selection(run: Run, gold: list[Gold]) -> dict[str, Any]:
@@ -504,11 +508,15 @@ def judge(run: Run) -> None:
     name, prompt_id, runs = run.cfg.judge.name, run.cfg.judge.prompt, run.cfg.judge.runs
     errata = audited.run_errata(run.cfg)  # data.errata: corrected golden answers are judged a second time
     fixed = errata.corrected_answers() if errata else {}
+    extra = tuple(getattr(scorer, "roles", ()))  # REALTALK's GPT score: a role of its own
+    if extra:
+        run.client(("judge", *extra))  # every endpoint checked before any row
+    part_failed = getattr(scorer, "row_failed", lambda r: False)  # a failed part of a row is redone too
     run_rows(run, by_name("judge").instance(name), run.judge_path(), "qid", scored, lambda a: a.qid,
              lambda a: audited.judge_row(lambda g, i: scorer.judge(run.llm, name, prompt_id, a, g, repeat=i),
                                          gold[a.qid], runs, fixed.get(a.qid)),
              "judge", [run.path("answers"), run.path("gold")],
-             lambda r: r["label"] is None or audited.corrected_failed(r),
+             lambda r: r["label"] is None or audited.corrected_failed(r) or part_failed(r),
              digest_fn=lambda a: digest([a.question, a.answer, gold[a.qid].answer] + ([runs] if runs > 1 else [])
                                         + ([fixed[a.qid]] if a.qid in fixed else [])
                                         # BEAM: the rubric and the scoring switches enter every judgment

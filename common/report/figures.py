@@ -10,8 +10,10 @@ plotted value to its run, files, k and n. No LLM call is made.
 
 Figures of the main runs (``figure_main_<benchmark>``: accuracy per category / question type /
 ability with 95% CIs) and ``figure_systems`` (accuracy against tokens per question, one point per
-run) come from ``common.report.run_figures``; a figure whose run is missing is skipped with the
-command that makes it, and a partial run is marked on every figure.
+run) come from ``common.report.run_figures``; ``figure_beam`` and ``figure_realtalk`` (every run of
+the benchmark, its scores per ability or category side by side) from ``common.report.tables.beam``
+and ``.realtalk``. A figure whose run is missing is skipped with the command that makes it, and a
+partial run is marked on every figure.
 
     python -m common.report.figures [--results results] [--out figures] [--run NAME] [--subset all] [--only 2,3]
 """
@@ -31,6 +33,7 @@ from common.report import run_figures
 from common.report.tables.beam import beam_figure
 from common.report.tables.command import cli
 from common.report.tables.published import NOT_REPORTED, comparable, number
+from common.report.tables.realtalk import realtalk_figure
 from common.report.tables.runs import MAKE_ABLATIONS, Context, Measured, ablation_runs, ci_bounds, measured, subset_note
 
 DEFAULT_OUT = "figures"
@@ -198,17 +201,22 @@ def figure3(ctx: Context) -> tuple[Figure, list[Panel]]:
 BUILDERS = {"2": figure2, "3": figure3}
 
 
-def _write_beam(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
-    """figure_beam: BEAM per ability, official vs corrected (common.report.tables.beam)."""
-    fig, series = beam_figure(ctx)
-    out.mkdir(parents=True, exist_ok=True)
-    png, pdf = out / "figure_beam.png", out / "figure_beam.pdf"
-    fig.savefig(png, dpi=200, metadata={"Software": None})
-    fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None})
-    sidecar = out / "figure_beam.sources.json"
-    sidecar.write_text(json.dumps({"figure": "figure_beam", **meta, "series": series}, ensure_ascii=False, indent=2)
-                       + "\n", encoding="utf-8")
-    return [png, pdf, sidecar]
+def _series_writer(name: str, build: Callable[[Context], tuple[Figure, list[dict[str, Any]]]]
+                   ) -> Callable[[Context, Path, dict[str, Any]], list[Path]]:
+    """A figure of series per group (figure_beam: BEAM per ability, official vs corrected,
+    common.report.tables.beam; figure_realtalk: REALTALK's three scores per category,
+    common.report.tables.realtalk) and its sources sidecar."""
+    def run(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
+        fig, series = build(ctx)
+        out.mkdir(parents=True, exist_ok=True)
+        png, pdf = out / f"{name}.png", out / f"{name}.pdf"
+        fig.savefig(png, dpi=200, metadata={"Software": None})
+        fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None})
+        sidecar = out / f"{name}.sources.json"
+        sidecar.write_text(json.dumps({"figure": name, **meta, "series": series}, ensure_ascii=False, indent=2)
+                           + "\n", encoding="utf-8")
+        return [png, pdf, sidecar]
+    return run
 
 
 def write(name: str, fig: Figure, panels: list[Panel], out: Path, meta: dict[str, Any]) -> list[Path]:
@@ -248,8 +256,10 @@ def _write_systems(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
 def main(argv: Optional[list[str]] = None) -> int:
     return cli(argv, prog="python -m common.report.figures", doc=__doc__ or "", kind="figure", default_out=DEFAULT_OUT,
                builders={"main_locomo": _main_run_writer("locomo"), "main_longmemeval": _main_run_writer("longmemeval"),
-                         "main_beam": _main_run_writer("beam"), "systems": _write_systems,
-                         **{f: _writer(f, b) for f, b in BUILDERS.items()}, "beam": _write_beam})
+                         "main_beam": _main_run_writer("beam"), "main_realtalk": _main_run_writer("realtalk"),
+                         "systems": _write_systems, **{f: _writer(f, b) for f, b in BUILDERS.items()},
+                         "beam": _series_writer("figure_beam", beam_figure),
+                         "realtalk": _series_writer("figure_realtalk", realtalk_figure)})
 
 
 if __name__ == "__main__":

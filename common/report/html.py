@@ -360,14 +360,15 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
         "run": metrics.get("run") or run_dir.name, "run_dir": str(run_dir), "benchmark": benchmark,
         "method": (metrics.get("method") or {}).get("label") or "method not recorded (aggregate the run again)",
         "judge": chosen, "judges": judges, "judge_model": judge_block.get("judge_model"),
-        "category_label": {"locomo": "Category", "beam": "Ability"}.get(benchmark, "Question type"),
+        "category_label": {"locomo": "Category", "beam": "Ability", "realtalk": "Category"}.get(benchmark,
+                                                                                               "Question type"),
         "classes": list(CLASSES), "colors": CHART_COLORS,
         # PARTIAL k / n in the header when the run covers fewer questions than the benchmark.
         "coverage": of_metrics(metrics, benchmark).to_dict() if metrics.get("coverage") else None,
         "accuracy_heading": ("Score (ability; headline scoring {}; k = sum of question scores; failures count 0)"
                              .format(judge_block.get("headline")) if "variants" in judge_block else
                              "Accuracy ({}; failed judgments count as wrong)".format(
-                                 {"locomo": "category"}.get(benchmark, "question type"))),
+                                 {"locomo": "category", "realtalk": "category"}.get(benchmark, "question type"))),
     }
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)

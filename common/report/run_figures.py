@@ -27,7 +27,7 @@ from common.report.tables.runs import Context, MissingRun, RunData, ci_bounds, m
 from common.report.tables.systems import BENCHMARKS, finished_runs, spent
 
 MEASURED_COLOR, PARTIAL_COLOR = "#4C72B0", "#DD8452"
-GROUP_NAME = {"locomo": "category", "longmemeval": "question type", "beam": "ability"}
+GROUP_NAME = {"locomo": "category", "longmemeval": "question type", "beam": "ability", "realtalk": "category"}
 
 
 def judge_of(ctx: Context, run: RunData) -> str:

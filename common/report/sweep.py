@@ -10,7 +10,7 @@ the runs go one after the other; with ``ray`` each run is a Ray task (on the dri
 disk holds the run directories and the caches) whose own memory stages are Ray tasks of the same
 cluster (``run.executor: ray``). A run that fails is counted and named, the others go on. At the
 end, the systems table of ``common.report.tables.systems`` over ``<results>`` (every finished run,
-one row per run and judge), and BEAM's table when BEAM runs are among them.
+one row per run and judge), and BEAM's and REALTALK's tables when their runs are among them.
 """
 from __future__ import annotations
 
@@ -28,11 +28,13 @@ from common.pipeline import experiments as exp_mod
 from common.pipeline import ray_executor
 from common.report.tables.beam import beam_table
 from common.report.tables.published import DEFAULT_PUBLISHED, load_published
+from common.report.tables.realtalk import realtalk_table
 from common.report.tables.runs import Context
 from common.report.tables.systems import systems_table
 from common.report.tables.writers import markdown
 
-CONFIGS = {"locomo": "configs/locomo.yaml", "longmemeval": "configs/longmemeval.yaml", "beam": "configs/beam.yaml"}
+CONFIGS = {"locomo": "configs/locomo.yaml", "longmemeval": "configs/longmemeval.yaml", "beam": "configs/beam.yaml",
+           "realtalk": "configs/realtalk.yaml"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -106,6 +108,8 @@ def table(results: Path, benches: list[str]) -> str:
         parts.append(markdown(systems_table(ctx)))
     if "beam" in benches:
         parts.append(markdown(beam_table(ctx)))
+    if "realtalk" in benches:  # its token F1 and GPT score beside the judge accuracy the systems table shows
+        parts.append(markdown(realtalk_table(ctx)))
     return "\n\n".join(parts)
 
 

@@ -70,12 +70,19 @@ class EnSIMem(_Own):
 
 
 class FullContext(_Own):
-    """Every session, oldest dropped first beyond ``method.context_tokens``."""
+    """Every session, oldest dropped first beyond ``method.context_tokens`` (``method.context_builder``:
+    the harness's rendering, or REALTALK's official one)."""
 
     name = "full_context"
 
+    def digest(self, question: Question) -> str:
+        m = self.ctx.cfg.method  # only a non-default builder: the harness's rows keep their digests
+        return "" if m.context_builder == "harness" else f"{m.context_builder}|{m.context_hash_seed}"
+
     def row(self, question: Question, view: MemoryView) -> RetrievalRow:
-        return baselines.full_context(question, view, self.ctx.cfg.method.context_tokens, self.ctx.include_images)
+        m = self.ctx.cfg.method
+        return baselines.full_context(question, view, m.context_tokens, self.ctx.include_images, m.context_builder,
+                                      m.context_hash_seed)
 
 
 class RagTurns(_Own):

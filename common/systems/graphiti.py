@@ -78,7 +78,8 @@ _FTS_INDEXES = ("CALL CREATE_FTS_INDEX('Episodic', 'episode_content', ['content'
                 "CALL CREATE_FTS_INDEX('Entity', 'node_name_and_summary', ['name', 'summary']);",
                 "CALL CREATE_FTS_INDEX('Community', 'community_name', ['name']);",
                 "CALL CREATE_FTS_INDEX('RelatesToNode_', 'edge_name_and_fact', ['name', 'fact']);")
-_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%Y/%m/%d (%a) %H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d")
+# LoCoMo, LongMemEval, BEAM-like ISO dates, REALTALK ("29.12.2023, 22:42:04").
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%Y/%m/%d (%a) %H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d", "%d.%m.%Y, %H:%M:%S")
 
 
 def _import_graphiti() -> Any:

@@ -44,6 +44,7 @@ PROMPT_KINDS: dict[str, str] = {
     "answer_closed_book_user": "answer",  # closed-book baseline (no_memory)
     "answer_mem0_user": "answer",  # answer.prompt: mem0 (one system message)
     "answer_beam_user": "answer",  # answer.prompt: beam (the official BEAM runner's RAG template)
+    "answer_realtalk_user": "answer",  # answer.prompt: realtalk (evaluate_memory.py's QA prompt)
     # mem0's own fact-extraction prompt (mem0ai 2.2.1 makes one additive ADD-only call per add;
     # its memory-update decisions are part of that reply), sent by common.systems.mem0.
     "mem0_extraction": "mem0_extraction",
@@ -94,6 +95,8 @@ PROMPT_KINDS: dict[str, str] = {
     "judge_beam_rubric": "judge_beam",
     "judge_beam_align_user": "judge_beam_align",
     "judge_beam_align_system": "judge_beam_align",
+    # REALTALK's official GPT score (one call per answer; its prompt's JSON example names "score" only).
+    "judge_realtalk_gpt_score": "judge_realtalk_gpt_score",
 }
 # A request whose prompt id names no kind (an outside system's, sent through the gateway as
 # ``gateway.<system>``) but whose body says what it wants (a json_schema response format, tools):
@@ -672,6 +675,14 @@ def reply_judge_beam(text: str) -> dict:
     return {"score": score, "reason": f"scripted verdict {score}"}
 
 
+REALTALK_SCORES = (1, 0.5, 0, 0.8)
+
+
+def reply_judge_realtalk_gpt_score(text: str) -> dict:
+    """A GPT score: 1, 0.5, 0 or 0.8 chosen by a hash of the prompt (the only field its example names)."""
+    return {"score": REALTALK_SCORES[hashlib.sha256(text.encode("utf-8")).digest()[0] % 4]}
+
+
 def reply_judge_beam_align(text: str) -> str:
     """YES when the two snippets share a content word (case-insensitive), else NO."""
     m = BEAM_SNIPPETS_RE.search(text)
@@ -736,6 +747,8 @@ def _scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_judge_beam(text))
     if kind == "judge_beam_align":
         return reply_judge_beam_align(text)
+    if kind == "judge_realtalk_gpt_score":
+        return json.dumps(reply_judge_realtalk_gpt_score(text))
     if kind == "doctor":
         return json.dumps({"word": "florp", "sentence": "The florp hummed."})
     raise ValueError(f"no scripted reply for kind {kind!r}")

@@ -15,9 +15,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from common.core.io import read_json
 from common.evaluation import beam
-from common.report.tables.runs import Context, InconsistentRun, MissingRun, RunData, TableError, same_number
+from common.report.tables.runs import Context, InconsistentRun, MissingRun, RunData, benchmark_runs, same_number
 from common.report.tables.table import Table
 
 MAKE_BEAM = "make beam"
@@ -27,12 +26,7 @@ NO_PAPER_ROWS = ("BEAM paper rows (100K and 500K tables, per answer model) are n
 
 def beam_runs(results: Path) -> list[RunData]:
     """Every finished BEAM run under ``results/beam/`` (sorted by name)."""
-    out = []
-    for metrics in sorted((results / "beam").glob("*/metrics.json")):
-        data = read_json(metrics, TableError)
-        if data.get("benchmark") == "beam" and isinstance(data.get("judges"), dict):
-            out.append(RunData("beam", metrics.parent.name, metrics.parent, data))
-    return out
+    return benchmark_runs(results, "beam")
 
 
 def recount(run: RunData, judge: str) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ from common.core.config import ConfigError, resolve_path
 from common.pipeline import experiments as exp_mod
 from common.report.tables.beam import beam_table
 from common.report.tables.published import DEFAULT_PUBLISHED, load_published
+from common.report.tables.realtalk import realtalk_table
 from common.report.tables.runs import Context, MissingRun, TableError
 from common.report.tables.systems import systems_table
 from common.report.tables.table import Table
@@ -31,6 +32,7 @@ DEFAULT_OUT = "results/tables"
 BUILDERS: dict[str, Callable[[Context], Table]] = {"1": table1, "2": table2, "3": table3, "4": table4, "10": table10,
                                                    "systems": systems_table}
 BUILDERS["beam"] = beam_table  # BEAM: per ability, official and corrected scoring (common.report.tables.beam)
+BUILDERS["realtalk"] = realtalk_table  # REALTALK: token F1, GPT score, judge accuracy (common.report.tables.realtalk)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

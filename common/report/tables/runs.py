@@ -23,14 +23,15 @@ from common.pipeline import experiments as exp_mod
 from common.pipeline import ledger
 from common.report.tables.published import NOT_STATED, Identity, Published
 
-GROUP_KEY = {"locomo": "by_category", "longmemeval": "by_type"}
+GROUP_KEY = {"locomo": "by_category", "longmemeval": "by_type", "realtalk": "by_category"}
 # The commands that create each kind of run (error messages name them).
-MAKE_MAIN = {"locomo": "make locomo", "longmemeval": "make longmemeval", "beam": "make beam"}
+MAKE_MAIN = {"locomo": "make locomo", "longmemeval": "make longmemeval", "beam": "make beam",
+             "realtalk": "make realtalk"}
 MAKE_JUDGE2 = {"locomo": "make judge2", "longmemeval": "make judge2-longmemeval"}
 MAKE_BASELINES = {"locomo": "make baselines", "longmemeval": "make baselines-longmemeval",
-                  "beam": "make baselines-beam"}
+                  "beam": "make baselines-beam", "realtalk": "make baselines-realtalk"}
 MAKE_ABLATIONS = {"locomo": "make ablations", "longmemeval": "make ablations-longmemeval",
-                  "beam": "make ablations-beam"}
+                  "beam": "make ablations-beam", "realtalk": "make ablations-realtalk"}
 
 
 class TableError(RuntimeError):
@@ -259,6 +260,17 @@ def subset_note(subset: Any, runs: dict[str, RunData]) -> str:
     return (f"Measured on subset {subset.name} ({subset.path.name}, {len(subset.question_ids)} question ids; runs hold "
             f"{'/'.join(map(str, sizes))}). The paper's ablation subset is unpublished (88 questions inferred), "
             "so its questions differ.")
+
+
+def benchmark_runs(results: Path, benchmark: str) -> list[RunData]:
+    """Every finished run of ``benchmark`` under ``results/<benchmark>/`` (a ``metrics.json`` of that
+    benchmark with judges), sorted by name: the runs of BEAM's and REALTALK's own tables."""
+    out = []
+    for metrics in sorted((results / benchmark).glob("*/metrics.json")):
+        data = read_json(metrics, TableError)
+        if data.get("benchmark") == benchmark and isinstance(data.get("judges"), dict):
+            out.append(RunData(benchmark, metrics.parent.name, metrics.parent, data))
+    return out
 
 
 @dataclass

@@ -20,7 +20,7 @@ from common.report.tables.runs import MAKE_MAIN, Context, MissingRun, RunData, m
 from common.report.tables.table import Table, fmt_acc
 from common.systems import outcomes
 
-BENCHMARKS = ("locomo", "longmemeval")
+BENCHMARKS = ("locomo", "longmemeval", "realtalk")  # REALTALK: the LoCoMo judge's accuracy
 
 
 def _settings(run: RunData) -> dict[str, Any]:

@@ -1,0 +1,12 @@
+"""04_index (REALTALK): embed episodes, records and turn chunks; write the per-memory index.
+
+Reads: 02_episodes.jsonl, 03_extract.jsonl, 01_sessions.jsonl
+Writes: 04_index.jsonl (and 04_index.manifest.json)
+LLM role: none
+
+Run from the repository root: python -m REALTALK.04_index [--config configs/realtalk.yaml] [--set key=value]
+"""
+from common.pipeline import engine
+
+if __name__ == "__main__":
+    engine.main("04_index", benchmark="realtalk", doc=__doc__)
