@@ -210,7 +210,9 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
         # LangMem: the fake server's embeddings (through the gateway); its model is not the point.
         fast = {"embedding.backend": "openai"} if name in ("langmem", "graphiti", "simplemem") else {}
         # graphiti: one conversation, every session, one question (its search reranks per candidate)
-        few = {"data.question_limit": 1, "data.memories": "[tiny-1]"} if name == "graphiti" else {}
+        # A fixed question (LIMIT's draw across categories reads the gold categories the poison changes).
+        few = ({"data.question_limit": 1, "data.limit_rule": "first", "data.memories": "[tiny-1]"}
+               if name == "graphiti" else {})
         sets = run_overrides(tmp_path / label, data, **{"method.name": name, **fast, **few})
         run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes", "extract", "index", "plan", "retrieve",
                                                  "answer"])

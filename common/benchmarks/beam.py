@@ -252,9 +252,10 @@ def _chat_number(memory_id: str) -> int:
     return int(number) if number.isdigit() else 0
 
 
-def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: int | None = None) -> BenchmarkData:
+def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: int | None = None,
+           limit_rule: str = "sample") -> BenchmarkData:
     """Keep the chats named (memory ids, or their folder numbers) and N questions of each, drawn
-    across its abilities (``sample``)."""
+    across its abilities (``sample``; ``limit_rule="first"``: the first N in file order)."""
     if chats is not None:
         chats = [str(c) for c in chats]  # MEMORIES=1,2 arrives as YAML ints
         known = data.memory_ids
@@ -263,6 +264,8 @@ def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: 
         if unknown:
             raise ValueError(f"data.memories: unknown BEAM chat(s) {unknown}; known: {known}")
         chats = [c if c in known else by_number[c] for c in chats]
+    if limit_rule == "first":
+        return locomo.select(data, chats, question_limit, "first")
     kept = locomo.select(data, chats, None)  # the chats, as LoCoMo keeps conversations
     return kept if question_limit is None else sample(kept, question_limit)
 
@@ -304,7 +307,7 @@ class _BeamAdapter(FileAdapter):
         return load_beam(path)
 
     def select(self, data: BenchmarkData, cfg: Any) -> BenchmarkData:
-        return select(data, cfg.data.memories or None, cfg.data.question_limit)
+        return select(data, cfg.data.memories or None, cfg.data.question_limit, cfg.data.limit_rule)
 
     def is_scored(self, gold: Gold) -> bool:
         return True  # every ability is scored, abstention included (by its rubric)

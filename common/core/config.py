@@ -100,9 +100,12 @@ class DataConfig:
     # Memory ids to keep (LoCoMo conversation ids, LongMemEval question ids); empty = all.
     # ``conversations`` is the old name, still read with a warning (``ALIASES``).
     memories: list = field(default_factory=list)
-    # First N questions of each kept memory (a LongMemEval memory holds one question, so there
-    # it keeps the first N questions of the file); None = all.
+    # N questions of each kept memory (a LongMemEval memory holds one question, so there N
+    # questions of the file); None = all. How they are picked: ``limit_rule``.
     question_limit: Optional[int] = None
+    # sample: drawn across the memory's categories (LoCoMo categories 1-4, LongMemEval question
+    # types, BEAM abilities), seeded (common.benchmarks.sampling); first: the first N in file order.
+    limit_rule: Literal["sample", "first"] = "sample"
     subset: Optional[str] = None  # a configs/subsets/*.yaml file: keep only its question_ids
     # LoCoMo's audited answer key (locomo-audit errors.json, CC BY-NC 4.0, never committed), e.g.
     # ../shared/data/locomo-audit/errors.json; None: the audited-key rows say "not configured".
