@@ -7,6 +7,7 @@ run starts from Python through the same ``evaluate`` as ``make locomo``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 import subprocess
 import sys
@@ -115,3 +116,300 @@ def test_a_value_that_fails_after_the_config_loads_is_one_line_too(tmp_path, mon
             cli.main_stages(STAGES, "locomo", argv=[a for s in sets for a in ("--set", s)])
     message = str(stop.value.code)
     assert message.startswith("error: ") and "\n" not in message and "llm.cache_path: cannot open" in message
+
+
+# ----------------------------------------------------------------------------- LIMIT across categories
+def _blocked(memories: list[str], groups: list[tuple[str, int, int]]):
+    """Data listed in blocks, as the releases list them (conv-26's first 20 questions hold no
+    single-hop one): per memory, ``n`` questions of each (question type, LoCoMo category)."""
+    from common.benchmarks.base import BenchmarkData
+    from common.core.schema import Gold, Question, Session, Turn
+
+    sessions, questions, gold = [], [], []
+    for m in memories:
+        sessions.append(Session(m, "session_1", 1, "1 May 2023", [Turn("D1:1", "A", "hello")]))
+        k = 0
+        for qtype, category, n in groups:
+            for _ in range(n):
+                k += 1
+                qid = f"{m}:q{k:04d}"
+                questions.append(Question(qid, m, f"question {k}?"))
+                gold.append(Gold(qid, m, "a", category, question_type=qtype))
+    return BenchmarkData(sessions, questions, gold)
+
+
+def test_limit_on_locomo_draws_judged_questions_across_categories_seeded_and_first_n_is_an_option():
+    from collections import Counter
+
+    from common.benchmarks.locomo import ADAPTER, CATEGORY_NAMES
+
+    data = _blocked(["conv-1", "conv-2"], [("", 2, 8), ("", 5, 3), ("", 1, 4), ("", 4, 4), ("", 3, 2)])
+    cfg = load_config(["configs/locomo.yaml"], ["data.question_limit=4"])
+    assert cfg.data.limit_rule == "sample"  # the default
+    kept = ADAPTER.select(data, cfg)
+    per_memory = Counter(g.memory_id for g in kept.gold)
+    assert per_memory == {"conv-1": 4, "conv-2": 4}
+    for m in per_memory:  # one of each of the four judged categories, never category 5
+        assert Counter(CATEGORY_NAMES[g.category] for g in kept.gold if g.memory_id == m) == \
+            {"temporal": 1, "multi-hop": 1, "single-hop": 1, "open-domain": 1}
+    assert kept.questions == ADAPTER.select(data, cfg).questions  # seeded: the same draw again
+    alone = ADAPTER.select(data, load_config(["configs/locomo.yaml"], ["data.question_limit=4",
+                                                                        "data.memories=[conv-2]"]))
+    assert [q.qid for q in alone.questions] == [q.qid for q in kept.questions if q.memory_id == "conv-2"]
+    order = [q.qid for q in data.questions]
+    assert [q.qid for q in kept.questions] == sorted((q.qid for q in kept.questions), key=order.index)
+    first = ADAPTER.select(data, load_config(["configs/locomo.yaml"], ["data.question_limit=4",
+                                                                        "data.limit_rule=first"]))
+    assert {g.category for g in first.gold} == {2}  # file order: the first block only
+
+
+def test_limit_on_longmemeval_draws_questions_of_the_file_across_question_types():
+    from collections import Counter
+
+    from common.benchmarks.base import BenchmarkData
+    from common.benchmarks.longmemeval import ADAPTER
+    from common.core.schema import Gold, Question
+
+    memories = [f"lme-{i}" for i in range(12)]  # one question per memory, listed by type
+    types = ["temporal-reasoning"] * 6 + ["multi-session"] * 3 + ["knowledge-update"] * 3
+    data = BenchmarkData(_blocked(memories, []).sessions, [Question(f"{m}:q", m, "?") for m in memories],
+                         [Gold(f"{m}:q", m, "a", 0, question_type=t) for m, t in zip(memories, types)])
+    cfg = load_config(["configs/longmemeval.yaml"], ["data.question_limit=3"])
+    kept = ADAPTER.select(data, cfg)
+    assert Counter(g.question_type for g in kept.gold) == {"temporal-reasoning": 1, "multi-session": 1,
+                                                           "knowledge-update": 1}
+    assert {s.memory_id for s in kept.sessions} == {q.memory_id for q in kept.questions}  # their haystacks only
+    first = ADAPTER.select(data, load_config(["configs/longmemeval.yaml"], ["data.question_limit=3",
+                                                                             "data.limit_rule=first"]))
+    assert {g.question_type for g in first.gold} == {"temporal-reasoning"}
+
+
+@pytest.mark.parametrize("rule", ["sample", "first"])
+def test_01_records_the_limit_rule_and_its_seed(tmp_path, monkeypatch, capsys, rule):
+    import json
+
+    from common.benchmarks import sampling
+    from common.benchmarks.base import FIRST_N
+    from common.benchmarks.locomo import LIMIT_RULE
+    from common.pipeline.cli import main
+
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{"data.question_limit": 2, "data.limit_rule": rule})
+    monkeypatch.setattr(sys, "argv", ["01_preprocess"] + [a for s in sets for a in ("--set", s)])
+    main("01_preprocess", "locomo")
+    out = capsys.readouterr().out
+    manifest = json.loads((tmp_path / "results" / "locomo" / "t" / "01_preprocess.manifest.json").read_text())
+    selection = manifest["selection"]
+    assert selection["limit_rule"] == rule and selection["question_limit"] == 2
+    assert selection["rule"] == (LIMIT_RULE if rule == "sample" else FIRST_N)
+    assert selection["seed"] == (sampling.SEED if rule == "sample" else None)
+    assert f"LIMIT=2: {selection['rule']}" in out
+
+
+def test_the_docs_say_how_limit_picks_its_questions():
+    help_text = subprocess.run(["make", "--no-print-directory", "help"], cwd=REPO, capture_output=True, text=True,
+                               check=True).stdout
+    limit_line = next(ln for ln in help_text.splitlines() if ln.strip().startswith("LIMIT "))
+    assert "across" in limit_line and "first N" not in limit_line.split("limit_rule")[0]
+    running = (REPO / "docs" / "running.md").read_text(encoding="utf-8")
+    assert "its first 20 questions" not in running and "# the first 10 questions" not in running
+    assert "data.limit_rule" in running
+
+
+# ----------------------------------------------------------------------------- runs side by side
+def _tables(results, *extra: str):
+    import pandas as pd
+
+    from common.report import tables
+
+    out = results.parent / "tables"
+    assert tables.main(["--results", str(results), "--out", str(out), *extra]) == 0
+    return out, lambda name: pd.read_csv(out / f"{name}.csv", dtype=str, keep_default_na=False)
+
+
+def _context(results, run=None):
+    import argparse
+
+    from common.report.tables.command import context
+
+    return context(argparse.Namespace(results=str(results), experiments="configs/experiments.yaml",
+                                      published="configs/published.yaml", subset=None, run=run))
+
+
+def test_runs_over_different_questions_show_their_question_sets_and_are_warned_about(tmp_path, capsys):
+    """Three 10-question runs read `PARTIAL 10 / 1,540` with one fingerprint; their question sets tell them apart."""
+    from common.evaluation.coverage import question_set_id
+    from tests.test_tables import LOCOMO_MAIN, PRIMARY, make_run
+
+    results = tmp_path / "results"
+    items = LOCOMO_MAIN[:10]
+    labels = {PRIMARY: [x[1] for x in items]}
+    make_run(results, "locomo", "conv26", items, labels, qids=[f"conv-26:q{i:04d}" for i in range(1, 11)])
+    make_run(results, "locomo", "conv41", items, labels, qids=[f"conv-41:q{i:04d}" for i in range(1, 11)])
+    make_run(results, "locomo", "again", items, labels, qids=[f"conv-26:q{i:04d}" for i in range(1, 11)])
+    out, csv = _tables(results, "--only", "systems")
+    printed = capsys.readouterr().out
+    df = csv("systems").set_index("Run")
+    assert set(df["Coverage"]) == {"PARTIAL 10 / 1,540"}  # the same coverage ...
+    ids = {run: question_set_id(f"{conv}:q{i:04d}" for i in range(1, 11))
+           for run, conv in (("conv26", "conv-26"), ("conv41", "conv-41"), ("again", "conv-26"))}
+    for run, qs in ids.items():  # ... told apart by the question set
+        assert df.loc[run, "Question set"] == f"{qs} (10)"
+    assert ids["conv26"] == ids["again"] != ids["conv41"]
+    md = (out / "systems.md").read_text(encoding="utf-8")
+    warning = next(line for line in md.splitlines() if line.startswith("> WARNING: locomo: QUESTION SETS DIFFER"))
+    assert ids["conv41"] in warning and ids["conv26"] in warning
+    assert "table systems: WARNING: locomo: QUESTION SETS DIFFER" in printed
+    side = json.loads((out / "systems.sources.json").read_text())
+    assert side["warnings"] and "QUESTION SETS DIFFER" in side["warnings"][0]
+    # One question set: no warning.
+    import shutil
+
+    shutil.rmtree(results / "locomo" / "conv41")
+    out, _ = _tables(results, "--only", "systems")
+    assert "QUESTION SETS DIFFER" not in (out / "systems.md").read_text(encoding="utf-8")
+
+
+def test_a_partial_run_is_never_comparable_and_a_complete_one_is_by_its_models(tmp_path, monkeypatch):
+    """Table 1, 3 and 10: a PARTIAL run is never "Comparable with" the paper's full-benchmark number; a
+    complete run with the paper's answer model, judge and protocol is, and a partial baseline beside it is not."""
+    from common.evaluation import coverage
+    from tests.test_tables import JUDGE_MODEL, LME_MAIN, LOCOMO_MAIN, PRIMARY, SECONDARY, main_runs, make_run
+
+    monkeypatch.setitem(coverage.EXPECTED_SCORED, "locomo", 13)  # these 13 questions are the whole benchmark
+    monkeypatch.setitem(coverage.EXPECTED_SCORED, "longmemeval", len(LME_MAIN))
+    results = tmp_path / "results"
+    main_runs(results)
+    make_run(results, "locomo", "baseline_full_context", LOCOMO_MAIN[:10], {PRIMARY: [1, 0, 1, 1, 0, 1, 0, 1, 1, 0]})
+    _, csv = _tables(results, "--only", "1,3,10")
+    t1 = csv("table1").set_index("Ref")
+    p_gpt = t1.index[t1["Method"] == "EnSIMem (evaluated by GPT-4o-mini)"][0]
+    p_qwen = t1.index[t1["Method"] == "EnSIMem (evaluated by Qwen3-32B)"][0]
+    main_primary = t1.index[(t1["Judge"] == JUDGE_MODEL[PRIMARY]) & t1["Method"].str.startswith("EnSIMem (harness")][0]
+    main_secondary = t1.index[t1["Judge"] == JUDGE_MODEL[SECONDARY]][0]
+    baseline = t1.index[t1["Method"] == "Full Context (harness)"][0]
+    assert t1.loc[p_gpt, "Comparable with"] == main_primary  # not the partial baseline, not the other judge
+    assert t1.loc[p_qwen, "Comparable with"] == main_secondary
+    assert t1.loc[baseline, "Coverage"] == "PARTIAL 10 / 13" and t1.loc[baseline, "Comparable with"] == "none"
+    assert csv("table3").set_index("Ref").loc["P2", "Comparable with"] == "M1"
+    t10 = csv("table10").set_index("Ref")
+    assert t10.loc["P1", "Comparable with"] == "M1" and t10.loc["P2", "Comparable with"] == "M2"
+    # The main run and the baseline are over different questions (13 against 10): said above the table.
+    assert "QUESTION SETS DIFFER" in (tmp_path / "tables" / "table1.md").read_text(encoding="utf-8")
+
+
+def test_a_main_run_nobody_named_is_said_so_in_the_table_and_the_figure(tmp_path, capsys):
+    """No RUN=, no `paper` run: the newest partial run is taken, and Table 1 and the main figure say which,
+    over which questions, and how to name one."""
+    from common.report import run_figures
+    from tests.test_tables import LOCOMO_MAIN, PRIMARY, make_run
+
+    results = tmp_path / "results"
+    make_run(results, "locomo", "try", LOCOMO_MAIN, {PRIMARY: [x[1] for x in LOCOMO_MAIN]})
+    out, _ = _tables(results, "--only", "1")
+    md = (out / "table1.md").read_text(encoding="utf-8")
+    assert "> WARNING: main run chosen, not named: try (PARTIAL 13 / 1,540, question set qs-" in md
+    assert "name it with RUN=try" in md
+    assert "table table1: WARNING: main run chosen, not named" in capsys.readouterr().out
+    fig, side = run_figures.main_figure(_context(results), "locomo")
+    assert "taken as the newest run" in fig.axes[0].get_title() and side["warnings"]
+    out, _ = _tables(results, "--only", "1", "--run", "try")  # named: no warning
+    assert "not named" not in (out / "table1.md").read_text(encoding="utf-8")
+    fig, side = run_figures.main_figure(_context(results, "try"), "locomo")
+    assert "newest" not in fig.axes[0].get_title() and not side["warnings"]
+
+
+def test_the_main_figure_draws_the_published_values_beside_the_measured_ones(tmp_path):
+    from matplotlib.patches import Rectangle
+
+    from common.report import run_figures
+    from common.report.tables.published import load_published
+    from tests.test_tables import LME_MAIN, PRIMARY, make_run
+
+    results = tmp_path / "results"
+    make_run(results, "longmemeval", "paper", LME_MAIN, {PRIMARY: [x[1] for x in LME_MAIN]})
+    fig, side = run_figures.main_figure(_context(results), "longmemeval")
+    paper = next(r for r in load_published().rows("table2") if r.method == "EnSIMem (evaluated by GPT-4o-mini)")
+    want = {g: float(v) for g, v in paper.values.items() if g != "average"}
+    want["overall"] = float(paper.values["average"])
+    assert side["published"]["values"] == want and side["published"]["method"] == paper.method
+    assert side["published"]["comparable"].startswith("no (coverage PARTIAL 13 / 500")
+    heights = sorted(round(p.get_height(), 6) for p in fig.axes[0].patches if isinstance(p, Rectangle))
+    for value in want.values():  # a bar for every printed value
+        assert round(value, 6) in heights
+    assert any("paper, as printed" in t.get_text() for t in fig.legends[0].get_texts())
+
+
+def test_the_systems_figure_draws_every_run_and_its_title_fits(tmp_path):
+    """Nine runs: two on the same spot, three imported (no tokens measured here): nine numbered points,
+    and the title within the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from common.report import run_figures
+    from tests.test_tables import LOCOMO_MAIN, PRIMARY, make_run
+
+    results = tmp_path / "results"
+    for i in range(9):
+        d = make_run(results, "locomo", f"run{i}", LOCOMO_MAIN[: 13 - i % 3], {PRIMARY: [x[1] for x in LOCOMO_MAIN]})
+        (d / "01_questions.jsonl").write_text((d / "01_gold.jsonl").read_text())
+        answers = [json.loads(line) for line in (d / "07_answers.jsonl").read_text().splitlines()]
+        for a in answers:
+            a["usage"] = {"prompt_tokens": 1000, "completion_tokens": 20}
+        (d / "07_answers.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
+        if i >= 6:  # imported: its calls were not made here
+            (d / "fingerprint.json").write_text(json.dumps({"run": {"components": {"imported": {"file": "x"}}}}))
+    fig, side = run_figures.systems_figure(_context(results))
+    assert side["drawn"] == 9 and not side["not_drawn"]
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    marks = [line for ax in fig.axes for line in ax.lines if line.get_marker() in ("o", "s")]
+    xy = {(ax_i, tuple(line.get_xydata()[0])) for ax_i, ax in enumerate(fig.axes) for line in ax.lines
+          if line.get_marker() in ("o", "s")}
+    assert len(marks) == 9 and len(xy) == 9  # every run drawn, none on top of another
+    assert sorted(int(t.get_text()) for ax in fig.axes for t in ax.texts) == list(range(1, 10))
+    title = fig._suptitle.get_window_extent(canvas.get_renderer())
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.x1, "the title is cut off"
+    assert "QUESTION SETS DIFFER" in " ".join(fig._suptitle.get_text().split()) and side["warnings"]
+
+
+def test_the_beam_figure_tells_a_zero_from_a_missing_score(tmp_path, monkeypatch):
+    from common.evaluation import beam
+    from common.report.tables import beam as beam_tables
+
+    results = tmp_path / "results"
+    fake = {"abstention": 0.0, "summarization": None}
+    monkeypatch.setattr(beam_tables, "recount", lambda run, judge: {"official": {a: fake.get(a, 0.5)
+                                                                                 for a in beam.ABILITIES}})
+    run = beam_tables.RunData("beam", "r1", results / "beam" / "r1", {"judges": {"j": {}}})
+    monkeypatch.setattr(beam_tables, "beam_runs", lambda root: [run])
+    monkeypatch.setattr(beam_tables.RunData, "question_set", property(lambda self: ("qs-0", 1)))
+    monkeypatch.setattr(beam_tables.RunData, "judge_model", lambda self, j: "m")
+    fig, series = beam_tables.beam_figure(_context(results))
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert {"0", "n/a"} <= texts  # the 0 is written and ticked; the missing score says n/a
+    assert any(line.get_marker() == "_" for line in fig.axes[0].lines)
+
+
+def test_the_report_does_not_set_no_buffer_0_beside_an_empty_buffer_count(tmp_path):
+    from common.report.html import build
+    from tests.report_runs import report_runs
+
+    run = report_runs(tmp_path)["a"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics.setdefault("memory_system", {}).setdefault("outcomes", {})["empty_buffer"] = 3
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    page = build(run, out=tmp_path / "page.html").read_text(encoding="utf-8")
+    table = page[page.index('id="loss-table"'):page.index("</table>", page.index('id="loss-table"'))]
+    assert "no_buffer" not in table
+    note = page[page.index('id="loss-classes-note"'):]
+    assert "<em>no_buffer</em> (imported runs" in note[:600]
+    assert "3 questions whose search returned nothing" in " ".join(note[:600].split())
+
+
+def test_a_bundled_sample_is_never_counted_against_the_benchmarks_size():
+    from common.evaluation.scoring import coverage
+
+    sample = coverage("locomo", 5, {"sample": "demo-sample", "question_limit": 5}, question_ids=["a", "b"])
+    assert sample["expected"] is None and sample["mark"] == "PARTIAL 5 questions"
+    assert "1540" not in sample["warning"] and "of the sample demo-sample" in sample["warning"]
+    assert coverage("locomo", 5, {"question_limit": 5})["mark"] == "PARTIAL 5 / 1,540"  # LoCoMo itself: its size
+    assert sample["question_set"]["n"] == 2

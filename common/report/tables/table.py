@@ -24,6 +24,9 @@ class Table:
     columns: list[str]
     rows: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Printed above the table and by ``make tables``: what must be read before any row (rows over
+    # different question sets).
+    warnings: list[str] = field(default_factory=list)
     cells: list[dict[str, Any]] = field(default_factory=list)
     published: list[dict[str, Any]] = field(default_factory=list)
 

@@ -2,7 +2,15 @@
 from __future__ import annotations
 
 from common.report.tables.published import COMPARABLE_NOTE, DASH, NOT_REPORTED, comparable
-from common.report.tables.runs import MAKE_ABLATIONS, Context, TableError, ablation_runs, measured, subset_note
+from common.report.tables.runs import (
+    MAKE_ABLATIONS,
+    Context,
+    TableError,
+    ablation_runs,
+    differing_question_sets,
+    measured,
+    subset_note,
+)
 from common.report.tables.table import Table, fmt_acc
 
 
@@ -25,6 +33,7 @@ def table4(ctx: Context) -> Table:
         table.rows.append({"Retrieval variant": ctx.exp.variant(v).label, "Measured": text, "Paper": paper,
                            "Run": run.name, "Paper comparable": verdict})
         table.add_cell(v, "Measured", text, m.source)
+    table.warnings += differing_question_sets([(ctx.exp.variant(v).label, runs[v]) for v in variants])
     table.published.append({"panel": "retrieval_route", "values": values, "source": source, "figure": figure,
                             "answer_model": pub_ident.answer_model, "judge_model": pub_ident.judge_model,
                             "protocol": pub_ident.protocol})
