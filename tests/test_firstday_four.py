@@ -413,3 +413,38 @@ def test_a_bundled_sample_is_never_counted_against_the_benchmarks_size():
     assert "1540" not in sample["warning"] and "of the sample demo-sample" in sample["warning"]
     assert coverage("locomo", 5, {"question_limit": 5})["mark"] == "PARTIAL 5 / 1,540"  # LoCoMo itself: its size
     assert sample["question_set"]["n"] == 2
+
+
+# ----------------------------------------------------------------------------- a system that calls a model
+def _notes_example(tmp_path, monkeypatch) -> str:
+    """The LLM-calling example of docs/memory-systems.md, as it stands, on sys.path: its import path."""
+    page = (REPO / "docs" / "memory-systems.md").read_text(encoding="utf-8")
+    block = page.split("<!-- notes-example:start -->", 1)[1].split("<!-- notes-example:end -->", 1)[0]
+    code = block.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "pkg_notes").mkdir(exist_ok=True)
+    (tmp_path / "pkg_notes" / "notes_memory.py").write_text(code, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg_notes"))
+    return "notes_memory:Notes"
+
+
+def test_the_docs_system_that_calls_a_model_makes_one_call_per_memory_and_is_counted(tmp_path, fake_server,
+                                                                                      monkeypatch):
+    from tests.conftest import rows, run_stages
+
+    page = (REPO / "docs" / "memory-systems.md").read_text(encoding="utf-8")
+    assert 'role = "memory"' in page and "returns a `Completion`" in page and "`.text` is the reply" in page
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    name = _notes_example(tmp_path, monkeypatch)
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": name})
+    run = run_stages("configs/locomo.yaml", sets)
+    memory_calls = [r for r, kind in zip(fake_server.requests, fake_server.request_kinds) if kind == "generic"]
+    assert len(memory_calls) == 2  # one call per memory (tiny-1, tiny-2)
+    assert all(r["response_format"]["json_schema"]["name"] == "notes" for r in memory_calls)
+    rets = rows(run.path("retrievals"))
+    assert rets and all(r["method_info"]["evidence"] for r in rets)  # the model's notes are the evidence
+    ledger = json.loads((run.dir / "ledger.json").read_text())
+    ingest = next(e for e in ledger["stages"] if e["stage"] == "06_retrieve_ingest")
+    assert ingest["role"] == "memory" and ingest["calls"] == 2  # counted by the harness, not the system's Spent
+    paid = fake_server.request_count
+    run_stages("configs/locomo.yaml", sets, ["retrieve", "answer", "judge"])
+    assert fake_server.request_count == paid  # cached: a rerun pays nothing
