@@ -448,3 +448,79 @@ def test_the_docs_system_that_calls_a_model_makes_one_call_per_memory_and_is_cou
     paid = fake_server.request_count
     run_stages("configs/locomo.yaml", sets, ["retrieve", "answer", "judge"])
     assert fake_server.request_count == paid  # cached: a rerun pays nothing
+
+
+# ----------------------------------------------------------------------------- the Python API
+def test_evaluate_runs_a_benchmark_from_python_and_returns_its_numbers_and_files(tmp_path, monkeypatch, capsys):
+    from common.pipeline.api import RunResult, evaluate
+    from common.pipeline.graph import STAGES
+    from tests.fake_openai import FakeOpenAI
+
+    base = [s for s in run_overrides(tmp_path, TINY_LOCOMO) if not s.startswith("run.name=")]
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.delenv("OPENAI_BASE_URLS", raising=False)
+        result = evaluate("locomo", run="api", memories=["tiny-1"], limit=2, overrides=base)
+        paid = server.request_count
+        again = evaluate("locomo", run="api", memories="tiny-1", limit=2, overrides=base)
+        assert server.request_count == paid  # the same call resumes: nothing paid twice
+    assert isinstance(result, RunResult) and result.name == "api" and result.benchmark == "locomo"
+    assert result.dir == tmp_path / "results" / "locomo" / "api"
+    assert result.stages == tuple(s.id for s in STAGES)
+    metrics = json.loads((result.dir / "metrics.json").read_text())
+    judge = result.config.judge.name
+    assert result.metrics == metrics and result.accuracy == metrics["judges"][judge]["overall"]["accuracy"]
+    assert metrics["judges"][judge]["overall"]["n"] == 2
+    assert result.coverage == metrics["coverage"]["mark"] == "PARTIAL 2 / 1,540"
+    assert result.question_set == metrics["coverage"]["question_set"]["id"]
+    assert {"metrics", "ledger", f"table_{judge}"} <= set(result.paths)
+    assert sum(r["new"] for roles in result.calls.values() for r in roles.values()) == paid
+    assert sum(r["new"] for roles in again.calls.values() for r in roles.values()) == 0
+    assert "This invocation made no LLM call" in capsys.readouterr().out  # it prints what make prints
+
+
+def test_evaluate_takes_python_values_counts_a_dry_run_and_stops_with_the_commands_line(tmp_path, monkeypatch):
+    from common.pipeline.api import RunError, evaluate
+
+    sets = {"data.path": str(TINY_LOCOMO), "run.results_dir": str(tmp_path / "results"), "llm.concurrency": 4,
+            "llm.cache_path": str(tmp_path / "llm.sqlite"), "run.note": "a note: with spaces",
+            "method.options": {"k": 3}}
+    dry = evaluate("locomo", overrides=sets, dry_run=True)
+    assert dry.config.run.note == "a note: with spaces" and dry.config.method.options == {"k": 3}
+    assert dry.estimate and dry.estimate["questions"] == 11 and not dry.stages
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+    with pytest.raises(RunError) as err:
+        evaluate("locomo", overrides=["no.such=1"], dry_run=True)
+    assert str(err.value).startswith("config error: unknown config key 'no'") and err.value.exit_code == 1
+    with pytest.raises(RunError, match="the config is for 'longmemeval'"):
+        evaluate("locomo", config="configs/longmemeval.yaml", dry_run=True)
+
+
+def test_make_and_every_numbered_script_start_a_run_through_evaluate(monkeypatch):
+    """One code path: `make locomo` (common.pipeline.run_all) and a numbered script parse their options
+    and hand them to api.evaluate."""
+    from common.pipeline import api, run_all
+    from common.pipeline.graph import STAGES
+
+    calls = []
+    monkeypatch.setattr(api, "evaluate", lambda benchmark, **kw: calls.append((benchmark, kw)))
+    args = _make_args("locomo", "RUN=try", "LIMIT=20", "MEMORIES=conv-26", "EXECUTOR=ray",
+                      "SET=method.options={k: 5}")
+    monkeypatch.setattr(sys, "argv", ["run_all", *args])
+    run_all.main()
+    (benchmark, kw), = calls
+    assert benchmark == "locomo" and kw["run"] == "try" and kw["limit"] == 20 and kw["memories"] == "conv-26"
+    assert kw["stages"] == STAGES and not kw["dry_run"]
+    assert load_config(["configs/locomo.yaml"], kw["overrides"]).method.options == {"k": 5}
+    assert "run.executor=ray" in kw["overrides"]
+    script = (REPO / "LoCoMo" / "06_retrieve.py").read_text(encoding="utf-8")
+    assert 'cli.main("06_retrieve", benchmark="locomo"' in script
+
+
+def _make_args(target: str, *variables: str) -> list[str]:
+    """The arguments ``make <target> <variables>`` hands ``common.pipeline.run_all`` (after the benchmark)."""
+    out = subprocess.run(["make", "-s", "-n", target, *variables, f"PY={sys.executable}"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    line = next(ln for ln in out.splitlines() if "common.pipeline.run_all" in ln)
+    words = shlex.split(line.split("else ", 1)[1].rsplit(";", 1)[0])
+    return words[words.index("common.pipeline.run_all") + 1:]
