@@ -524,3 +524,19 @@ def _make_args(target: str, *variables: str) -> list[str]:
     line = next(ln for ln in out.splitlines() if "common.pipeline.run_all" in ln)
     words = shlex.split(line.split("else ", 1)[1].rsplit(";", 1)[0])
     return words[words.index("common.pipeline.run_all") + 1:]
+
+
+def test_make_claims_shows_each_runs_question_set_and_warns_when_they_differ(tmp_path, capsys):
+    from common.report import claims
+    from tests.test_tables import LOCOMO_MAIN, PRIMARY, make_run
+
+    results = tmp_path / "results"
+    make_run(results, "locomo", "a", LOCOMO_MAIN[:10], {PRIMARY: [x[1] for x in LOCOMO_MAIN[:10]]})
+    make_run(results, "locomo", "b", LOCOMO_MAIN[:10], {PRIMARY: [x[1] for x in LOCOMO_MAIN[:10]]},
+             qids=[f"conv-41:q{i:04d}" for i in range(1, 11)])
+    assert claims.main(["--results", str(results), "--out", str(tmp_path / "claims"), "--no-rejudge"]) == 0
+    md = (tmp_path / "claims" / "claims.md").read_text(encoding="utf-8")
+    stored = json.loads((tmp_path / "claims" / "claims.json").read_text(encoding="utf-8"))
+    ids = {r["run"]: r["question_set"]["id"] for r in stored["rows"]}
+    assert ids["a"] != ids["b"] and all(f"{qs} (10)" in md for qs in ids.values())
+    assert "WARNING: locomo: QUESTION SETS DIFFER" in md and "claims: WARNING" in capsys.readouterr().out
