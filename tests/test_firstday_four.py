@@ -494,6 +494,10 @@ def test_evaluate_takes_python_values_counts_a_dry_run_and_stops_with_the_comman
     assert str(err.value).startswith("config error: unknown config key 'no'") and err.value.exit_code == 1
     with pytest.raises(RunError, match="the config is for 'longmemeval'"):
         evaluate("locomo", config="configs/longmemeval.yaml", dry_run=True)
+    with pytest.raises(RunError, match="error: stages: no stage 'nope'; known: 01_preprocess"):
+        evaluate("locomo", stages=["nope"], dry_run=True)
+    only = evaluate("locomo", overrides=sets, stages=["01_preprocess"])  # one stage, as a numbered script
+    assert only.stages == ("01_preprocess",) and (only.dir / "01_questions.jsonl").exists() and only.metrics is None
 
 
 def test_make_and_every_numbered_script_start_a_run_through_evaluate(monkeypatch):
