@@ -56,6 +56,7 @@ class Point:
     label: str
     measured: Measured
     paper: Optional[float]
+    question_set: str = ""  # the run's question-set id (common.evaluation.coverage)
 
     @property
     def percent(self) -> float:
@@ -84,7 +85,7 @@ def load_panel(ctx: Context, name: str, variants: list[str]) -> Panel:
     values, source, ident, figure = ctx.published.panel(name)
     judge = ctx.exp.judges["primary"]
     points = [Point(v, ctx.exp.variant(v).label, measured(runs[v], judge, judge_hint=MAKE_ABLATIONS["locomo"]),
-                    number(values.get(v, NOT_REPORTED))) for v in variants]
+                    number(values.get(v, NOT_REPORTED)), runs[v].question_set[0]) for v in variants]
     verdicts = {comparable(ident, runs[v].identity(judge, ctx.published)) for v in variants}
     ok = all(v[0] for v in verdicts)
     why = "; ".join(sorted({v[1] for v in verdicts if v[1]}))
@@ -240,7 +241,8 @@ def write(name: str, fig: Figure, panels: list[Panel], out: Path, meta: dict[str
     sidecar.write_text(json.dumps({"figure": name, **meta, "panels": [
         {"panel": p.name, "paper_source": p.paper_source, "paper_comparable": p.paper_comparable,
          "subset": p.subset_note, "warnings": p.warnings,
-         "points": [{"variant": q.variant, "label": q.label, "paper": q.paper, **q.measured.source} for q in p.points]}
+         "points": [{"variant": q.variant, "label": q.label, "paper": q.paper, "question_set": q.question_set,
+                     **q.measured.source} for q in p.points]}
         for p in panels]}, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return [png, pdf, sidecar]
 
