@@ -410,7 +410,7 @@ def test_a_bundled_sample_is_never_counted_against_the_benchmarks_size():
 
     sample = coverage("locomo", 5, {"sample": "demo-sample", "question_limit": 5}, question_ids=["a", "b"])
     assert sample["expected"] is None and sample["mark"] == "PARTIAL 5 questions"
-    assert "1540" not in sample["warning"] and "of the sample demo-sample" in sample["warning"]
+    assert "1540" not in sample["warning"] and "of all the scored questions of demo-sample" in sample["warning"]
     assert coverage("locomo", 5, {"question_limit": 5})["mark"] == "PARTIAL 5 / 1,540"  # LoCoMo itself: its size
     assert sample["question_set"]["n"] == 2
 

@@ -129,7 +129,7 @@ def coverage(benchmark: str, n_scored: int, selection: Mapping[str, Any], missin
         why = ("a subset/limit/conversation selection" if partial_by_config else
                "questions without a judge row" if missing else "the data file as given")
         of = f"the {cov.expected}" if cov.expected is not None else "all the"
-        what = f"questions of the sample {sample}" if sample else f"{benchmark} questions"
+        what = f"questions of {sample}" if sample else f"{benchmark} questions"
         out["warning"] = f"PARTIAL: this number covers {cov.covered} of {of} scored {what} ({why})"
     return out
 
