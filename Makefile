@@ -79,7 +79,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
 #: RUN               the run's name: results/<benchmark>/<RUN>/ (default: run.name of the config, paper)
 #: MEMORIES          only these memories: LoCoMo conversation ids, LongMemEval question ids (comma-separated)
-#: LIMIT             the first N questions of each memory (LoCoMo: per conversation)
+#: LIMIT             N questions of each memory drawn across its categories, seeded (LongMemEval: N of the file across question types); SET=data.limit_rule=first: the first N
 #: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
 #: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
 #: FORCE             FORCE=1: redo the stages instead of resuming (cached calls are not paid again)
@@ -168,11 +168,11 @@ realtalk-%:  ## one REALTALK stage of the graph, e.g. make realtalk-08_judge
 	$(call check-stage,$*)
 	$(PY) -m REALTALK.$* $(REALTALK_ARGS)
 
-longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=first N questions, MEMORIES=question ids, SET, DRY_RUN=1)
+longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=N questions across question types, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
 	else $(PY) -m common.pipeline.run_all longmemeval $(LME_ARGS); fi
 
-locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT=N per conversation, MEMORIES=conv ids, SET="k=v ...", DRY_RUN=1)
+locomo:  ## the full LoCoMo pipeline 01-09 (CONFIG, RUN, LIMIT=N per conversation across categories, MEMORIES=conv ids, SET="k=v ...", DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LoCoMo.01_preprocess $(ARGS) --dry-run; \
 	else $(PY) -m common.pipeline.run_all locomo $(ARGS); fi
 

@@ -6,7 +6,7 @@ LLM role: extract
 
 Run from the repository root: python -m BEAM.03_extract [--config configs/beam.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("03_extract", benchmark="beam", doc=__doc__)
+    cli.main("03_extract", benchmark="beam", doc=__doc__)

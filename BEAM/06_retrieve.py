@@ -6,7 +6,7 @@ LLM role: bridge (only when a plan declares a bridge)
 
 Run from the repository root: python -m BEAM.06_retrieve [--config configs/beam.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("06_retrieve", benchmark="beam", doc=__doc__)
+    cli.main("06_retrieve", benchmark="beam", doc=__doc__)

@@ -6,7 +6,7 @@ LLM role: judge
 
 Run from the repository root: python -m BEAM.08_judge [--config configs/beam.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("08_judge", benchmark="beam", doc=__doc__)
+    cli.main("08_judge", benchmark="beam", doc=__doc__)

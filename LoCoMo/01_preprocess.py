@@ -9,7 +9,7 @@ LLM role: none
 
 Run from the repository root: python -m LoCoMo.01_preprocess [--config configs/locomo.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("01_preprocess", benchmark="locomo", doc=__doc__)
+    cli.main("01_preprocess", benchmark="locomo", doc=__doc__)

@@ -6,7 +6,7 @@ LLM role: partition
 
 Run from the repository root: python -m LoCoMo.02_episodes [--config configs/locomo.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("02_episodes", benchmark="locomo", doc=__doc__)
+    cli.main("02_episodes", benchmark="locomo", doc=__doc__)

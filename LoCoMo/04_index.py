@@ -6,7 +6,7 @@ LLM role: none
 
 Run from the repository root: python -m LoCoMo.04_index [--config configs/locomo.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("04_index", benchmark="locomo", doc=__doc__)
+    cli.main("04_index", benchmark="locomo", doc=__doc__)

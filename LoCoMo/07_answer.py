@@ -6,7 +6,7 @@ LLM role: answer
 
 Run from the repository root: python -m LoCoMo.07_answer [--config configs/locomo.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("07_answer", benchmark="locomo", doc=__doc__)
+    cli.main("07_answer", benchmark="locomo", doc=__doc__)

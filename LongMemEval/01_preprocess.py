@@ -10,7 +10,7 @@ LLM role: none
 
 Run from the repository root: python -m LongMemEval.01_preprocess [--config configs/longmemeval.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("01_preprocess", benchmark="longmemeval", doc=__doc__)
+    cli.main("01_preprocess", benchmark="longmemeval", doc=__doc__)

@@ -6,7 +6,7 @@ LLM role: partition
 
 Run from the repository root: python -m LongMemEval.02_episodes [--config configs/longmemeval.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("02_episodes", benchmark="longmemeval", doc=__doc__)
+    cli.main("02_episodes", benchmark="longmemeval", doc=__doc__)

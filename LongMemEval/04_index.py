@@ -6,7 +6,7 @@ LLM role: none
 
 Run from the repository root: python -m LongMemEval.04_index [--config configs/longmemeval.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("04_index", benchmark="longmemeval", doc=__doc__)
+    cli.main("04_index", benchmark="longmemeval", doc=__doc__)

@@ -7,7 +7,7 @@ LLM role: judge
 
 Run from the repository root: python -m LongMemEval.08_judge [--config configs/longmemeval.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("08_judge", benchmark="longmemeval", doc=__doc__)
+    cli.main("08_judge", benchmark="longmemeval", doc=__doc__)

@@ -6,7 +6,7 @@ LLM role: none
 
 Run from the repository root: python -m LongMemEval.09_aggregate [--config configs/longmemeval.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("09_aggregate", benchmark="longmemeval", doc=__doc__)
+    cli.main("09_aggregate", benchmark="longmemeval", doc=__doc__)

@@ -6,7 +6,7 @@ LLM role: extract
 
 Run from the repository root: python -m REALTALK.03_extract [--config configs/realtalk.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("03_extract", benchmark="realtalk", doc=__doc__)
+    cli.main("03_extract", benchmark="realtalk", doc=__doc__)

@@ -6,7 +6,7 @@ LLM role: none
 
 Run from the repository root: python -m REALTALK.04_index [--config configs/realtalk.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("04_index", benchmark="realtalk", doc=__doc__)
+    cli.main("04_index", benchmark="realtalk", doc=__doc__)

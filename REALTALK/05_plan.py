@@ -6,7 +6,7 @@ LLM role: plan
 
 Run from the repository root: python -m REALTALK.05_plan [--config configs/realtalk.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("05_plan", benchmark="realtalk", doc=__doc__)
+    cli.main("05_plan", benchmark="realtalk", doc=__doc__)

@@ -6,7 +6,7 @@ LLM role: answer
 
 Run from the repository root: python -m REALTALK.07_answer [--config configs/realtalk.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("07_answer", benchmark="realtalk", doc=__doc__)
+    cli.main("07_answer", benchmark="realtalk", doc=__doc__)

@@ -6,7 +6,7 @@ LLM role: judge
 
 Run from the repository root: python -m REALTALK.08_judge [--config configs/realtalk.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("08_judge", benchmark="realtalk", doc=__doc__)
+    cli.main("08_judge", benchmark="realtalk", doc=__doc__)

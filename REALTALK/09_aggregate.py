@@ -7,7 +7,7 @@ LLM role: none
 
 Run from the repository root: python -m REALTALK.09_aggregate [--config configs/realtalk.yaml] [--set key=value]
 """
-from common.pipeline import engine
+from common.pipeline import cli
 
 if __name__ == "__main__":
-    engine.main("09_aggregate", benchmark="realtalk", doc=__doc__)
+    cli.main("09_aggregate", benchmark="realtalk", doc=__doc__)

@@ -68,7 +68,7 @@ def test_only_corrected_answers_are_judged_again_and_both_keys_are_reported(tmp_
     # conv-26's first 6 questions: q0003 (HALLUCINATION) and q0006 (TEMPORAL_ERROR) have wrong
     # golden answers; q0002 and q0005 only cite wrong evidence.
     sets = run_overrides(tmp_path, REAL_LOCOMO, **{"method.name": "no_memory", "data.memories": "[conv-26]",
-                                                    "data.question_limit": 6})
+                                                    "data.question_limit": 6, "data.limit_rule": "first"})
     run = run_stages("configs/locomo.yaml", sets, STAGES)
     metrics = json.loads(run.path("metrics").read_text())
     judge = run.cfg.judge.name
@@ -103,7 +103,7 @@ def test_the_dry_run_counts_the_corrected_answers_judged_again():
 
     def judge_calls(*extra: str) -> int:
         sets = [f"data.path={REAL_LOCOMO}", "run.results_dir=/nonexistent-results", "data.memories=[conv-26]",
-                "data.question_limit=6", "method.name=no_memory", *extra]
+                "data.question_limit=6", "data.limit_rule=first", "method.name=no_memory", *extra]
         est = estimate(load_config(["configs/locomo.yaml"], sets))
         return next(s["calls"] for s in est["stages"] if s["role"] == "judge")
 

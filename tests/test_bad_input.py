@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pytest
 
-from common.pipeline.engine import main
+from common.pipeline.cli import main
 from tests.conftest import REPO, TINY_LOCOMO, run_overrides
 
 TINY_LME = REPO / "tests" / "fixtures" / "lme_tiny.json"

@@ -22,7 +22,7 @@ from common.evaluation.metrics import gold_evidence_recall
 from common.method import answer, baselines
 from common.method.render import MemoryView
 from common.pipeline import dryrun
-from common.pipeline.engine import main
+from common.pipeline.cli import main
 from tests.conftest import REPO, run_overrides
 
 SHARED = REPO.parent / "shared" / "data" / "beam"

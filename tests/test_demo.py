@@ -339,6 +339,9 @@ def test_demo_command_end_to_end_on_the_fake_server(fake_server, tmp_path, capsy
            "sample, not the benchmark's release." in table
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["dataset"]["status"] == "sample" and "demo_sample_conversation.json" in metrics["dataset"]["note"]
+    # The sample is not LoCoMo: its coverage is never counted against LoCoMo's 1,540 questions.
+    assert "1,540" not in out and "1540" not in table and metrics["coverage"]["expected"] is None
+    assert metrics["coverage"]["mark"] == "PARTIAL 3 questions"
     assert metrics["note"].startswith("DEMO: a 135M-parameter model")
     assert "the bundled synthetic sample" in out.splitlines()[0]
 

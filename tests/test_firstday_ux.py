@@ -41,11 +41,11 @@ def test_a_stage_stopped_by_its_error_rate_names_the_cause_and_the_missing_v1(mo
 def _stage(monkeypatch, capsys, script: str, sets: list[str], invocation: str) -> str:
     import sys
 
-    from common.pipeline import engine
+    from common.pipeline import cli
 
     monkeypatch.setenv("HARNESS_INVOCATION", invocation)
     monkeypatch.setattr(sys, "argv", [script] + [a for s in sets for a in ("--set", s)])
-    engine.main(script, "locomo")
+    cli.main(script, "locomo")
     return capsys.readouterr().out
 
 

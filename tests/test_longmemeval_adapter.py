@@ -207,7 +207,7 @@ def test_select(tiny: LongMemEvalData) -> None:
 
 
 def _cfg(**data: Any) -> Any:
-    base = {"path": None, "env": "LONGMEMEVAL_JSON", "memories": [], "question_limit": None}
+    base = {"path": None, "env": "LONGMEMEVAL_JSON", "memories": [], "question_limit": None, "limit_rule": "first"}
     return SimpleNamespace(data=SimpleNamespace(**{**base, **data}))
 
 

@@ -19,11 +19,11 @@ from tests.fake_openai import CHAT_KINDS, FakeOpenAI, FaultPlan
 # (argument parsing, logging set-up, one-line errors), which saves eight interpreter start-ups.
 DRIVER = """
 import sys
-from common.pipeline import engine
+from common.pipeline import cli
 argv = sys.argv[1:]
 for stage in {stages!r}:
     sys.argv = ["LoCoMo." + stage, "-v", *argv]
-    engine.main(stage, "locomo")
+    cli.main(stage, "locomo")
 """
 
 

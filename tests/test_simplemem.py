@@ -25,7 +25,9 @@ UP_TO_ANSWER = ["preprocess", "episodes", "extract", "index", "plan", "retrieve"
 def sets_for(tmp, data, base_url):
     return run_overrides(tmp, data, **{"method.name": "simplemem", "embedding.backend": "openai",
                                        "embedding.model": "fake-embed", "embedding.base_url": base_url,
-                                       "data.memories": "[conv-26]", "data.question_limit": 15})
+                                       "data.memories": "[conv-26]", "data.question_limit": 15,
+                                       # the same questions clean and poisoned: LIMIT's draw reads gold categories
+                                       "data.limit_rule": "first"})
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from common.core import artifacts
 from common.core.io import read_jsonl
 from common.core.schema import to_dict
-from common.pipeline import engine, graph, ledger
+from common.pipeline import cli, engine, graph, ledger
 from common.pipeline.engine import Run, digest, load_questions, run_rows
 from common.pipeline.graph import STAGES, Stage
 from tests.conftest import REPO, STAGE_ORDER, TINY_LOCOMO, run_overrides
@@ -59,7 +59,7 @@ def test_numbered_scripts_follow_the_graph(folder):
         text = path.read_text(encoding="utf-8")
         doc = ast.get_docstring(ast.parse(text)) or ""
         assert graph.script_header(s, folder).strip() in doc, f"{path.name}: docstring out of date with the graph"
-        assert f'engine.main("{s.id}"' in text
+        assert f'cli.main("{s.id}"' in text
 
 
 def test_write_scripts_creates_only_missing_scripts(tmp_path):
@@ -86,7 +86,7 @@ def test_makefile_reads_the_stage_list_from_the_graph(monkeypatch):
     from common.pipeline import run_all
 
     seen = []
-    monkeypatch.setattr(engine, "main_stages", lambda stages, benchmark, doc=None: seen.append((stages, benchmark)))
+    monkeypatch.setattr(cli, "main_stages", lambda stages, benchmark, doc=None: seen.append((stages, benchmark)))
     monkeypatch.setattr(sys, "argv", ["run_all", "longmemeval", "--limit", "1"])
     run_all.main()
     assert seen == [(STAGES, "longmemeval")] and sys.argv == ["run_all", "--limit", "1"]

@@ -130,7 +130,9 @@ def _sets(tmp, data, base_url, name):
 
     return run_overrides(tmp, data, **{"method.name": name, "embedding.backend": "openai",
                                        "embedding.model": "fake-embed", "embedding.base_url": base_url,
-                                       "data.memories": "[conv-26]", "data.question_limit": 15})
+                                       "data.memories": "[conv-26]", "data.question_limit": 15,
+                                       # the same questions clean and poisoned: LIMIT's draw reads gold categories
+                                       "data.limit_rule": "first"})
 
 
 def _bodies(requests):

@@ -180,7 +180,7 @@ def _poison_locomo(path, out):
 
 # SimpleMem imports LanceDB and pandas (20 s on a loaded machine): make test-slow runs it.
 SYSTEMS_UNDER_POISON = [pytest.param(n, marks=pytest.mark.systems) if n == "simplemem" else n
-                        for n in registry.REGISTERED if n != "oracle"] + ["docs example"]
+                        for n in registry.REGISTERED if n != "oracle"] + ["docs example", "docs model example"]
 
 
 @pytest.mark.parametrize("name", SYSTEMS_UNDER_POISON)
@@ -202,6 +202,10 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
         attempts, ports = through_the_gateway(monkeypatch, fake_server.base_url)  # no other socket
     if name == "docs example":
         name = docs_example(tmp_path, monkeypatch)
+    if name == "docs model example":  # docs/memory-systems.md's system that calls a model
+        from tests.test_firstday_four import _notes_example
+
+        name = _notes_example(tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
     poisoned = _poison_locomo(TINY_LOCOMO, tmp_path / "poisoned.json")
     sent = []
@@ -210,7 +214,9 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
         # LangMem: the fake server's embeddings (through the gateway); its model is not the point.
         fast = {"embedding.backend": "openai"} if name in ("langmem", "graphiti", "simplemem") else {}
         # graphiti: one conversation, every session, one question (its search reranks per candidate)
-        few = {"data.question_limit": 1, "data.memories": "[tiny-1]"} if name == "graphiti" else {}
+        # A fixed question (LIMIT's draw across categories reads the gold categories the poison changes).
+        few = ({"data.question_limit": 1, "data.limit_rule": "first", "data.memories": "[tiny-1]"}
+               if name == "graphiti" else {})
         sets = run_overrides(tmp_path / label, data, **{"method.name": name, **fast, **few})
         run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes", "extract", "index", "plan", "retrieve",
                                                  "answer"])

@@ -222,10 +222,10 @@ def test_table1_cells_trace_to_per_question_files(tmp_path):
     m_primary = df[(df["Judge"] == JUDGE_MODEL[PRIMARY])
                    & df["Method"].str.startswith("EnSIMem (harness")]["Ref"].item()
     m_secondary = df[(df["Judge"] == JUDGE_MODEL[SECONDARY])]["Ref"].item()
-    linked = comp[df.loc[p_gpt, "Ref"]].split(", ")
-    # Comparable = same answer model, judge and protocol: the main run AND the baseline under that judge.
-    baseline_ref = df[df["Method"] == "Full Context (harness)"]["Ref"].item()
-    assert sorted(linked) == sorted([m_primary, baseline_ref]) and m_secondary not in linked
+    # Every measured run here is PARTIAL (13 and 10 of 1,540 questions): none is comparable with the paper's
+    # full-benchmark number whatever its models (matching models on complete runs: tests/test_firstday_four.py).
+    assert comp[df.loc[p_gpt, "Ref"]] == "none (coverage PARTIAL 13 / 1,540 vs the whole benchmark)"
+    assert comp[m_primary] == comp[m_secondary] == "none"
     assert comp["P1"].startswith("none (answer model not stated")
     assert methods["P1"] == "Full Context"
     md = (out / "table1.md").read_text()
@@ -341,7 +341,8 @@ def test_table3_means_from_per_question_files(tmp_path):
     assert m["End-to-end (s)"] == f"{mean(plan) + mean(ret) + mean(gen):.2f}"
     assert m["Context tokens"] == f"{mean([rets[q]['buffer_tokens'] for q in scored]):,.0f}"
     assert df.loc["P2", "End-to-end (s)"] == "14.4" and df.loc["P1", "Generation (s)"] == "not reported"
-    assert df.loc["P2", "Comparable with"] == "M1"  # same answer model and protocol
+    # Same answer model and protocol, but a PARTIAL run (13 questions): never comparable with the paper's number.
+    assert df.loc["P2", "Comparable with"] == "none (coverage PARTIAL 13 / 1,540 vs the whole benchmark)"
     md = (out / "table3.md").read_text()
     calls = [c for q in scored for c in plans[q]["llm_calls"]] + [ans[q] for q in scored]
     hits = sum(bool(c.get("cached")) for c in calls)
@@ -413,10 +414,12 @@ def test_table10_statistics_recomputed_by_hand(tmp_path):
         assert row["n paired"] == str(len(a))
         assert row["Agreement (%)"] == f"{100 * po:.1f}"
         assert row["Cohen's κ"] == f"{(po - pe) / (1 - pe):.3f}"
-    # The paper rows are transcribed, and comparable with ours (same answer model, judges, protocol).
+    # The paper rows are transcribed; same answer model, judges and protocol as ours, but ours are PARTIAL runs
+    # (13 and 13 questions), so not comparable (complete runs link: tests/test_firstday_four.py).
     pubs = published("table10")
     assert df.loc["P1", "mean Δ (pp)"] == pubs[0]["values"]["mean_delta"] == "-0.620"
-    assert df.loc["P1", "Comparable with"] == "M1" and df.loc["P2", "Comparable with"] == "M2"
+    assert df.loc["P1", "Comparable with"] == "none (coverage PARTIAL 13 / 1,540 vs the whole benchmark)"
+    assert df.loc["P2", "Comparable with"].startswith("none (coverage PARTIAL")
     tex = (out / "table10.tex").read_text()
     assert "\\ensuremath{\\Delta}" in tex and "\\begin{tabular}" in tex
 

@@ -16,6 +16,9 @@ from common.core.config import resolve_path
 from common.core.io import sha256_file
 from common.core.schema import Gold, Question, Session
 
+# ``data.limit_rule: first``: what LIMIT=N keeps, in the words the manifest records.
+FIRST_N = "the first N questions of each memory, in file order"
+
 
 @dataclass(frozen=True)
 class BenchmarkData:
@@ -89,8 +92,10 @@ class FileAdapter:
     # for a benchmark released as several files; another file runs but is marked "modified dataset".
     official_sha256: Any = ""
     official_is_folder = False  # the release is a folder checked file by file (BEAM)
-    # How ``data.question_limit`` picks a memory's questions: 01_preprocess records it in its manifest.
-    limit_rule = "the first N questions of each memory, in file order"
+    # How ``data.question_limit`` picks a memory's questions (``data.limit_rule: sample``; ``first`` is
+    # always ``FIRST_N``): 01_preprocess records it in its manifest. An adapter that draws across
+    # its categories (common.benchmarks.sampling) says so here.
+    limit_rule = FIRST_N
 
     def official(self, cfg: Any) -> Any:
         """The official hashes for this run's configuration (``official_sha256`` unless the

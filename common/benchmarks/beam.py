@@ -247,11 +247,14 @@ def _chat_number(memory_id: str) -> int:
     return int(number) if number.isdigit() else 0
 
 
-def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: int | None = None) -> BenchmarkData:
+def select(data: BenchmarkData, chats: list[str] | None = None, question_limit: int | None = None,
+           limit_rule: str = "sample") -> BenchmarkData:
     """Keep the chats named (memory ids, or their folder numbers) and N questions of each, drawn
-    across its abilities (``sample``)."""
+    across its abilities (``sample``; ``limit_rule="first"``: the first N in file order)."""
     if chats is not None:
         chats = named_memories(data, chats, "BEAM chat(s)")
+    if limit_rule == "first":
+        return locomo.select(data, chats, question_limit, "first")
     kept = locomo.select(data, chats, None)  # the chats, as LoCoMo keeps conversations
     return kept if question_limit is None else sample(kept, question_limit)
 
@@ -293,7 +296,7 @@ class _BeamAdapter(FileAdapter):
         return load_beam(path)
 
     def select(self, data: BenchmarkData, cfg: Any) -> BenchmarkData:
-        return select(data, cfg.data.memories or None, cfg.data.question_limit)
+        return select(data, cfg.data.memories or None, cfg.data.question_limit, cfg.data.limit_rule)
 
     def is_scored(self, gold: Gold) -> bool:
         return True  # every ability is scored, abstention included (by its rubric)

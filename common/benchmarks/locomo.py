@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import checksums
+from common.benchmarks import checksums, sampling
 from common.benchmarks.base import BenchmarkData, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, iter_items, optional, required, show
 from common.core.schema import Gold, Question, Session, Turn
@@ -204,10 +204,16 @@ def clean_evidence(raw_evidence: list[str], dia_ids: set[str]) -> list[str]:
     return cleaned
 
 
+# ``data.question_limit`` on LoCoMo (``data.limit_rule: sample``): N judged questions of each
+# conversation drawn across categories 1-4. In file order, conv-26's first 20 hold no single-hop one.
+LIMIT_RULE = sampling.rule("categories", "category", "conversation")
+
+
 def select(
     data: LocomoData,
     conversations: list[str] | None = None,
     question_limit: int | None = None,
+    limit_rule: str = "first",
 ) -> LocomoData:
     """Restrict a loaded dataset for debug or partial runs.
 
@@ -215,9 +221,12 @@ def select(
         data: A loaded dataset.
         conversations: Conversation ids to keep (``["conv-26"]``), or None for all. The result
             keeps file order, not the order given here.
-        question_limit: Keep only the first N questions of each kept conversation, in file
-            order; None keeps all. Sessions of kept conversations are always kept in full, so
-            a limited run still sees the whole memory.
+        question_limit: Keep N questions of each kept conversation; None keeps all. Sessions of
+            kept conversations are always kept in full, so a limited run still sees the whole memory.
+        limit_rule: ``first`` (the default here, where other adapters reuse this selection): the
+            first N questions in file order, category 5 included; ``sample`` (what LoCoMo's adapter
+            passes by default, ``data.limit_rule``): N judged questions drawn across categories 1-4,
+            seeded per conversation (``common.benchmarks.sampling``; category 5 takes no slot).
 
     Returns:
         A new ``LocomoData``; gold rows follow the kept questions.
@@ -235,21 +244,27 @@ def select(
         raise ValueError(f"data.question_limit: must be >= 0, got {question_limit}")
 
     keep = set(known if conversations is None else conversations)
+    first_n = question_limit if limit_rule == "first" else None
     taken: Counter[str] = Counter()
     questions: list[Question] = []
     for question in data.questions:
         if question.memory_id not in keep:
             continue
-        if question_limit is not None and taken[question.memory_id] >= question_limit:
+        if first_n is not None and taken[question.memory_id] >= first_n:
             continue
         taken[question.memory_id] += 1
         questions.append(question)
     qids = {q.qid for q in questions}
-    return LocomoData(
+    kept = LocomoData(
         sessions=[s for s in data.sessions if s.memory_id in keep],
         questions=questions,
         gold=[g for g in data.gold if g.qid in qids],
     )
+    if question_limit is None or first_n is not None:
+        return kept
+    return sampling.sample_across(kept, question_limit, lambda g: CATEGORY_NAMES[g.category],
+                                  [CATEGORY_NAMES[c] for c in SCORED_CATEGORIES],
+                                  scored=lambda g: g.category in SCORED_CATEGORIES)
 
 
 # ----------------------------------------------------------------------------- protocol
@@ -271,8 +286,10 @@ class _LocomoAdapter(FileAdapter):
     def load(self, path: Path) -> LocomoData:
         return load_locomo(path)
 
+    limit_rule = LIMIT_RULE
+
     def select(self, data: LocomoData, cfg: Any) -> LocomoData:
-        return select(data, cfg.data.memories or None, cfg.data.question_limit)
+        return select(data, cfg.data.memories or None, cfg.data.question_limit, cfg.data.limit_rule)
 
     def is_scored(self, gold: Gold) -> bool:
         return gold.category in SCORED_CATEGORIES

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.benchmarks import checksums
+from common.benchmarks import checksums, sampling
 from common.benchmarks.base import BenchmarkData, FileAdapter
 from common.benchmarks.fields import Loc, is_instance, iter_items, required, show
 from common.core.schema import Gold, Question, Session, Turn
@@ -219,18 +219,26 @@ def _parse_turn(raw: Any, dia_id: str, loc: Loc) -> tuple[Turn, bool]:
     return Turn(dia_id=dia_id, speaker=role, text=content, role=role), has_answer
 
 
+# ``data.question_limit`` on LongMemEval (``data.limit_rule: sample``): one question per memory, so
+# N questions of the file, drawn across the six question types (the file lists them in blocks).
+LIMIT_RULE = sampling.rule("question types", "question type", per_memory=False)
+
+
 def select(
     data: LongMemEvalData,
     question_ids: list[str] | None = None,
     question_limit: int | None = None,
+    limit_rule: str = "first",
 ) -> LongMemEvalData:
     """Restrict a loaded dataset for debug or partial runs.
 
     Args:
         data: A loaded dataset.
         question_ids: Question ids to keep, or None for all. The result keeps file order.
-        question_limit: Keep only the first N (kept) questions in file order; None keeps all.
-            Each question's haystack is kept in full.
+        question_limit: Keep N (kept) questions; None keeps all. Each question's haystack is kept in full.
+        limit_rule: ``first`` (the default here): the first N in file order; ``sample`` (what the
+            adapter passes by default, ``data.limit_rule``): N questions drawn across the question
+            types, seeded (``common.benchmarks.sampling``, the file as one pool).
 
     Returns:
         A new ``LongMemEvalData`` holding the kept questions, their gold and their sessions.
@@ -248,8 +256,12 @@ def select(
         raise ValueError(f"data.question_limit: must be >= 0, got {question_limit}")
     wanted = set(known if question_ids is None else question_ids)
     questions = [q for q in data.questions if q.qid in wanted]
-    if question_limit is not None:
+    if question_limit is not None and limit_rule == "first":
         questions = questions[:question_limit]
+    elif question_limit is not None:
+        pool = LongMemEvalData(sessions=[], questions=questions, gold=[g for g in data.gold if g.qid in wanted])
+        questions = sampling.sample_across(pool, question_limit, lambda g: g.question_type, QUESTION_TYPES,
+                                           per_memory=False).questions
     keep = {q.qid for q in questions}
     memories = {q.memory_id for q in questions}
     return LongMemEvalData(
@@ -340,8 +352,10 @@ class _LongMemEvalAdapter(FileAdapter):
     def load(self, path: Path) -> LongMemEvalData:
         return load_longmemeval(path)
 
+    limit_rule = LIMIT_RULE
+
     def select(self, data: LongMemEvalData, cfg: Any) -> LongMemEvalData:
-        return select(data, cfg.data.memories or None, cfg.data.question_limit)
+        return select(data, cfg.data.memories or None, cfg.data.question_limit, cfg.data.limit_rule)
 
     def is_scored(self, gold: Gold) -> bool:
         # Every item is judged, abstention included (it has its own judge template).

@@ -104,9 +104,12 @@ class DataConfig:
     # Memory ids to keep (LoCoMo conversation ids, LongMemEval question ids); empty = all.
     # ``conversations`` is the old name, still read with a warning (``ALIASES``).
     memories: list = field(default_factory=list)
-    # First N questions of each kept memory (a LongMemEval memory holds one question, so there
-    # it keeps the first N questions of the file); None = all.
+    # N questions of each kept memory (a LongMemEval memory holds one question, so there N
+    # questions of the file); None = all. How they are picked: ``limit_rule``.
     question_limit: Optional[int] = None
+    # sample: drawn across the memory's categories (LoCoMo categories 1-4, LongMemEval question
+    # types, BEAM abilities), seeded (common.benchmarks.sampling); first: the first N in file order.
+    limit_rule: Literal["sample", "first"] = "sample"
     subset: Optional[str] = None  # a configs/subsets/*.yaml file: keep only its question_ids
     # LoCoMo's audited answer key (locomo-audit errors.json, CC BY-NC 4.0, never committed), e.g.
     # ../shared/data/locomo-audit/errors.json; None: the audited-key rows say "not configured".
@@ -769,12 +772,37 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return _deep_merge(merged, data)
 
 
+def rejoin_overrides(overrides: Sequence[str]) -> list[str]:
+    """Words of ``SET="..."`` that make split at spaces, joined back into overrides.
+
+    ``make`` hands ``SET="method.options={k: 5}"`` over as two words, ``method.options={k:`` and
+    ``5}``: a word without ``=`` cannot start an override, so it continues the one before it.
+    """
+    out: list[str] = []
+    for word in overrides:
+        if out and "=" not in word:
+            out[-1] = f"{out[-1]} {word}"
+        else:
+            out.append(word)
+    return out
+
+
 def parse_override(text: str) -> dict[str, Any]:
     """``a.b.c=value`` -> {"a": {"b": {"c": value}}}; the value is parsed as YAML."""
     if "=" not in text:
         raise ConfigError(f"--set expects key=value, got {text!r}")
     key, raw = text.split("=", 1)
-    value = load_yaml(raw) if raw != "" else ""
+    try:
+        value = load_yaml(raw) if raw != "" else ""
+    except yaml.YAMLError as exc:  # one line naming the key, never a parser traceback
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise ConfigError(f"{key.strip()}: cannot read the value {raw!r} as YAML ({problem}); quote it, or set "
+                          f"one key at a time ({key.strip()}.<name>=<value>)") from None
+    if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
+        # YAML 1.1 reads off/on/yes/no as booleans: llm.cache_mode=off means the word "off".
+        value = raw.strip()
+    if not key.strip() or any(not part.strip() for part in key.split(".")):
+        raise ConfigError(f"--set expects key=value with a dotted key such as run.name, got {text!r}")
     out: dict[str, Any] = {}
     cur = out
     parts = key.strip().split(".")
@@ -806,7 +834,7 @@ def load_config(paths: list[str], overrides: Sequence[str] = ()) -> Config:
     data: dict[str, Any] = {}
     for p in paths:
         data = _deep_merge(data, _read_yaml(resolve_path(p)))
-    for o in overrides:
+    for o in rejoin_overrides(overrides):
         data = _deep_merge(data, _apply_aliases(parse_override(o)))
     cfg = build(Config, data)
     validate(cfg)
@@ -834,6 +862,12 @@ def validate(cfg: Config) -> None:
     }
     if unknown:
         raise ConfigError(f"retrieve.weights: unknown field(s) {sorted(unknown)}")
+    for key, name in (("run.name", cfg.run.name), ("judge.name", cfg.judge.name)):
+        # Both name files and directories (results/<benchmark>/<run>/, 08_judge_<judge>.jsonl).
+        if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+            raise ConfigError(f"{key}: {name!r} is not a plain name (no '/', not empty, not '.' or '..')")
+    if not cfg.llm.cache_path.strip():
+        raise ConfigError("llm.cache_path: empty; give a file path (or llm.cache_mode=off)")
     if cfg.llm.concurrency < 1:
         raise ConfigError("llm.concurrency: must be >= 1")
     if cfg.llm.shard_flush_calls < 1:

@@ -6,9 +6,16 @@ count (``EXPECTED_SCORED``) or a claim's stated denominator, fewer is PARTIAL, a
 that prints a number beside a run (09_aggregate's tables, ``make tables``, ``make claims``,
 ``make figures``, the report header, an import) prints the same mark, ``PARTIAL 5 / 1,540``,
 from ``Coverage``.
+
+Two runs can cover as many questions and still cover different ones (conv-26's first ten and
+conv-41's): the question-set id (``question_set_id``, a hash of the scored question ids) tells
+them apart. It sits beside the protocol fingerprint (which describes the protocol, not the
+selection) wherever runs are put side by side, and differing ids are warned about there.
 """
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -73,3 +80,28 @@ def denominator(stated: str, benchmark: str) -> Optional[int]:
     """A claim's stated denominator as a count ("1540", "1,540"), else the benchmark's full size."""
     text = str(stated or "").replace(",", "").strip()
     return int(text) if text.isdigit() else EXPECTED_SCORED.get(benchmark)
+
+
+def question_set_id(qids: Iterable[str]) -> str:
+    """``qs-3f2a9c1b0d``: the first 10 hex digits of the sha256 of the question ids, sorted, one a line.
+
+    The same questions give the same id whatever their order or the run; it names which questions
+    a number is over (a run's scored questions: its strict accuracy's denominator).
+    """
+    text = "\n".join(sorted(set(qids)))
+    return "qs-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+
+
+def question_sets_differ(runs: Mapping[str, tuple[str, int]]) -> str:
+    """The warning for rows over different questions (``make compare``'s words), or ''.
+
+    ``runs``: row label -> (question-set id, number of questions). One line naming each set and its rows.
+    """
+    by_set: dict[tuple[str, int], list[str]] = {}
+    for label, key in runs.items():
+        by_set.setdefault(key, []).append(label)
+    if len(by_set) < 2:
+        return ""
+    parts = [f"{qs} ({n:,} questions): {', '.join(labels)}" for (qs, n), labels in by_set.items()]
+    return ("QUESTION SETS DIFFER: " + "; ".join(parts) + ". Accuracies over different questions are not "
+            "comparable; `make compare A=<run> B=<run>` pairs the questions two runs share")

@@ -14,7 +14,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from common.evaluation.coverage import of_benchmark, of_metrics
+from common.evaluation.coverage import coverage as coverage_of
+from common.evaluation.coverage import of_benchmark, of_metrics, question_set_id
 from common.evaluation.stats import accuracy_with_ci, degenerate
 
 # Question-level failure causes (strict accuracy counts each as wrong).
@@ -108,26 +109,34 @@ def judge_block(joined: Sequence[Mapping[str, Any]], group_key: str) -> dict[str
     }
 
 
-def coverage(benchmark: str, n_scored: int, selection: Mapping[str, Any], missing: int = 0) -> dict[str, Any]:
+def coverage(benchmark: str, n_scored: int, selection: Mapping[str, Any], missing: int = 0,
+             question_ids: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """Whether a number covers the whole benchmark; ``selection`` is the config's data section.
 
     ``missing``: scored questions without a judge row (an import of 20 rows over the 1,540 questions
     of the benchmark file has 1,520); they are not covered. The count and its mark come from
-    ``common.evaluation.coverage``, the one definition every table uses.
+    ``common.evaluation.coverage``, the one definition every table uses. ``question_ids``: the
+    scored questions, named by their question-set id (``question_set``). A bundled sample
+    (``data.sample``, the demo's conversation) is no part of the benchmark: it is never counted
+    against the benchmark's size, only cut or not by the selection.
     """
     partial_by_config = bool(selection.get("subset") or selection.get("question_limit")
                              or selection.get("memories"))
+    sample = selection.get("sample")
     # BEAM's size depends on the tier (20 questions per chat): complete unless the selection cut it.
-    cov = of_benchmark(benchmark, n_scored - missing, selection_cut=partial_by_config)
+    cov = (coverage_of(n_scored - missing, None, selection_cut=partial_by_config) if sample else
+           of_benchmark(benchmark, n_scored - missing, selection_cut=partial_by_config))
     out: dict[str, Any] = {"expected": cov.expected, "scored": n_scored, "covered": cov.covered,
                            "complete": cov.complete, "text": cov.text, "mark": cov.mark,
                            "selection": {k: selection.get(k) for k in ("subset", "question_limit", "memories")}}
+    if question_ids is not None:
+        out["question_set"] = {"id": question_set_id(question_ids), "n": len(set(question_ids))}
     if not cov.complete:
         why = ("a subset/limit/conversation selection" if partial_by_config else
                "questions without a judge row" if missing else "the data file as given")
         of = f"the {cov.expected}" if cov.expected is not None else "all the"
-        out["warning"] = (f"PARTIAL: this number covers {cov.covered} of {of} scored "
-                          f"{benchmark} questions ({why})")
+        what = f"questions of {sample}" if sample else f"{benchmark} questions"
+        out["warning"] = f"PARTIAL: this number covers {cov.covered} of {of} scored {what} ({why})"
     return out
 
 
@@ -165,7 +174,7 @@ def score_note(metrics: Mapping[str, Any], judge: str) -> str:
                   f"(alpha 0.05, power 0.8, design effect {power['design_effect']:.2f})")
     line = (f"Overall strict {100 * (o['accuracy'] or 0):.1f} ({o['k']}/{o['n']}), 95% bootstrap CI {lo_hi}; "
             f"clean {clean}; failures: {failures}. Protocol fingerprint: run {fp.get('run', '?')}, "
-            f"judge {fp.get('judges', {}).get(judge, '?')}.")
+            f"judge {fp.get('judges', {}).get(judge, '?')}" + _question_set(cov) + ".")
     ran = metrics.get("system") or {}
     if ran.get("outside") and ran.get("line"):  # an outside system: what ran (protocol, version, departures)
         line += f" Memory system: {ran['line']}."
@@ -187,6 +196,12 @@ def score_cell(summary: Optional[Mapping[str, Any]], key: str = "score") -> str:
     ci = summary.get("ci_cluster") or {}
     band = f" [{100 * ci['low']:.1f}, {100 * ci['high']:.1f}]" if ci.get("low") is not None else ""
     return f"{100 * summary[key]:.1f}{band} (sum {summary['sum']:g}/{summary['n']})"
+
+
+def _question_set(cov: Mapping[str, Any]) -> str:
+    """``; question set qs-... (20 questions)`` beside the fingerprint, when 09 recorded it."""
+    qs = cov.get("question_set") or {}
+    return f"; question set {qs['id']} ({qs.get('n', '?')} questions)" if qs.get("id") else ""
 
 
 def system_outcomes(block: Optional[Mapping[str, Any]]) -> str:

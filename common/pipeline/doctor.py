@@ -13,8 +13,8 @@ refused for a role that sends it, ``seed`` refused for a role that sets one.
 The probe calls go through the ``openai`` SDK straight to the endpoint (``common.core.llm.EndpointProbe``),
 never through the LLM cache: a cached reply would say nothing about the endpoint. About a dozen tiny calls per endpoint.
 
-``--pilot`` (``make doctor PILOT=1``) then runs the real pipeline on one conversation and its first
-20 questions (``--pilot-questions``) into a run directory of its own (``<run name>-pilot``), and
+``--pilot`` (``make doctor PILOT=1``) then runs the real pipeline on one conversation and 20 of its
+questions as ``LIMIT=20`` takes them (``--pilot-questions``) into a run directory of its own (``<run name>-pilot``), and
 projects the measured tokens of each stage to the full run, beside the dry-run estimate
 (``common.pipeline.dryrun``): cost from ``configs/prices.yaml``, and time from the measured latency
 of the paid calls at the configured concurrency. The pilot's calls are cached like any run's.
@@ -289,8 +289,8 @@ def format_checks(checks: list[Check]) -> str:
 
 # --------------------------------------------------------------------------- pilot
 def pilot_overrides(cfg: Config, questions: int) -> list[str]:
-    """One memory (a LoCoMo conversation; a LongMemEval question is its own memory) and its first
-    ``questions`` questions, into ``<run name>-pilot``."""
+    """One memory (a LoCoMo conversation; a LongMemEval question is its own memory) and ``questions``
+    questions as ``data.question_limit`` takes them (``data.limit_rule``), into ``<run name>-pilot``."""
     _, data, _ = load_selected(cfg)
     first = data.sessions[0].memory_id if data.sessions else ""
     keep = [f"data.memories=[{first}]"] if cfg.benchmark == "locomo" and first else []

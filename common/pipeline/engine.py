@@ -4,7 +4,8 @@ A stage function (``common.pipeline.stages``) reads its inputs through ``Run.pat
 work over rows with ``run_rows`` (resume, concurrency, failures redone, stale rows redone,
 manifest, one summary line) and returns. ``run_stage`` checks the stage's LLM endpoint first,
 so a missing endpoint fails in one line before any input is read; ``run_pipeline`` runs the
-graph in order in one process (runners, the demo); ``main`` is every numbered script.
+graph in order in one process (runners, the demo). A run starts through
+``common.pipeline.api.evaluate`` (the numbered scripts and ``make locomo``, through ``cli``).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import sqlite3
 import sys
 import time
 from collections import Counter, defaultdict
@@ -31,7 +33,6 @@ from common.core.schema import Episode, PartitionRow, Question, Session, from_di
 from common.evaluation.scoring import POLICIES
 from common.method.render import MemoryView
 from common.pipeline import invocation, preflight
-from common.pipeline.cli import parse
 from common.pipeline.graph import STAGES, Stage, by_name
 from common.systems.registry import uses_stage
 
@@ -85,7 +86,12 @@ class Run:
     def response_cache(self) -> ResponseCache:
         c = self.cfg.llm
         # llm.cache_url (a shared PostgreSQL database) wins over the run's sqlite file.
-        return ResponseCache(c.cache_url or str(resolve_path(c.cache_path)), c.cache_mode)
+        where = c.cache_url or str(resolve_path(c.cache_path))
+        try:
+            return ResponseCache(where, c.cache_mode)
+        except (OSError, sqlite3.Error) as exc:  # a path that cannot hold the file: the key, in one line
+            key = "llm.cache_url" if c.cache_url else "llm.cache_path"
+            raise ConfigError(f"{key}: cannot open the LLM cache {where} ({exc})") from None
 
     def client_class(self) -> type[LLMClient]:
         return LLMClient
@@ -363,48 +369,6 @@ def execute(run: Run, stages: tuple[Stage, ...]) -> Iterator[Stage]:
         else:
             run_stage(run, group[0])
             yield group[0]
-
-
-def main(stage: str, benchmark: str, doc: Optional[str] = None) -> None:
-    """Entry point of every numbered script: parse, run one stage, one-line errors."""
-    main_stages((by_name(stage),), benchmark, doc)
-
-
-def main_stages(stages: tuple[Stage, ...], benchmark: str, doc: Optional[str] = None) -> None:
-    """Run ``stages`` in order in this one process (a numbered script: one stage; the
-    full-pipeline targets: the whole graph, ``common.pipeline.run_all``), one-line errors.
-
-    One process for the whole graph loads the LLM SDK, the embedding model and the config once
-    instead of once per stage; every stage still reads its inputs from and writes its artifacts
-    to the run directory, as when each runs as its own script."""
-    cfg, args = parse(doc or "", benchmark)
-    if nothing_to_run(cfg):
-        print(nothing_to_run(cfg), flush=True)
-        return
-    run = Run(cfg, force=args.force, progress=progress.interactive())
-    try:  # the method and every endpoint the stages will call, before the first one writes anything
-        for node in stages:
-            check_endpoint(run, node)
-    except (EndpointNotConfigured, ConfigError) as exc:
-        sys.exit(f"error: {' '.join(str(exc).split())}")
-    whole = len(stages) > 1
-    steps = execute(run, stages)
-    for i, node in enumerate(stages):
-        before = invocation.snapshot(run)
-        run.at = None
-        try:
-            done = next(steps)
-            assert done is node, f"{done.id} ran where {node.id} was due"
-        except KeyboardInterrupt:
-            sys.exit(interrupted(run, node, before))
-        except EndpointNotConfigured as exc:
-            sys.exit(f"error: {exc}")
-        except (StageFailed, FileNotFoundError, ValueError, RuntimeError) as exc:
-            log.debug("stage failed", exc_info=True)
-            if run._client is not None:  # calls were made (and paid) before it stopped: say so
-                invocation.finish(run, node.id, stopped=True, before=before)
-            sys.exit(f"error: {' '.join(str(exc).split())}")
-        invocation.finish(run, node.id, before=before, last=(i == len(stages) - 1) if whole else None)
 
 
 def nothing_to_run(cfg: Config) -> str:

@@ -152,9 +152,9 @@ def write_scripts(root: Path, stages: tuple[Stage, ...] = STAGES) -> list[Path]:
             if path.exists():
                 continue
             path.write_text(f'"""{s.id} ({folder}): {s.summary}.\n\n{script_header(s, folder)}"""\n'
-                            f"from common.pipeline import engine\n\n"
+                            f"from common.pipeline import cli\n\n"
                             f'if __name__ == "__main__":\n'
-                            f'    engine.main("{s.id}", benchmark="{benchmark}", doc=__doc__)\n', encoding="utf-8")
+                            f'    cli.main("{s.id}", benchmark="{benchmark}", doc=__doc__)\n', encoding="utf-8")
             made.append(path)
     return made
 

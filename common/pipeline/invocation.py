@@ -107,6 +107,8 @@ def summary(run: Any, data: dict[str, Any]) -> str:
     tables = sorted(p.name for p in run.dir.glob("table_*.md")) if run.dir.is_dir() else []
     where = f"Results: {run.dir}/" + (f" ({', '.join(tables)}, {artifacts.path(run.dir, 'metrics').name})"
                                       if tables else "")
+    if not run.dir.is_dir():  # never name a directory that does not exist as where the results are
+        where = f"No results written yet ({run.dir} does not exist)"
     page = run.dir / "report" / "index.html"
     report = (f"report: {page}" if page.exists() else
               f"report: make report RUN={run.cfg.run.name}" + ("" if run.cfg.benchmark == "locomo" else
@@ -116,12 +118,20 @@ def summary(run: Any, data: dict[str, Any]) -> str:
 
 
 def finish(run: Any, stage_id: str, *, stopped: bool = False, before: dict[str, dict[str, int]] | None = None,
-           last: bool | None = None) -> None:
+           last: bool | None = None) -> dict[str, Any]:
     """Record this stage's calls (since ``before``); print the summary when this stage ends the
     invocation: ``last`` when the caller knows (the whole-pipeline process), else the configured
-    last stage, or any stage that stopped it."""
+    last stage, or any stage that stopped it after a call. Return the invocation's record."""
     data = record(run, stage_id, before)
     at = os.environ.get(ENV_SUMMARY_AT)
     ends = last if last is not None else (not at or at == stage_id)
+    if stopped and not made_calls(data):
+        return data  # an error before any call (a missing data file, an unknown memory): its line says all
     if stopped or ends:
         print(summary(run, data), flush=True)
+    return data
+
+
+def made_calls(data: dict[str, Any]) -> bool:
+    """Whether the invocation's stages asked for any LLM call (new, cached or failed)."""
+    return any(r.get("calls") for s in data.get("stages", {}).values() for r in s.values())

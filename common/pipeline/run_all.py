@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from common.benchmarks.registry import ADAPTERS
-from common.pipeline import engine
+from common.pipeline import cli
 from common.pipeline.graph import STAGES
 
 
@@ -20,7 +20,7 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in ADAPTERS:
         sys.exit(f"usage: python -m common.pipeline.run_all {{{','.join(ADAPTERS)}}} [options]")
     benchmark = sys.argv.pop(1)
-    engine.main_stages(STAGES, benchmark, __doc__)
+    cli.main_stages(STAGES, benchmark, __doc__)
 
 
 if __name__ == "__main__":

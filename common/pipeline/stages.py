@@ -17,7 +17,8 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from common.benchmarks import checksums
+from common.benchmarks import checksums, sampling
+from common.benchmarks.base import FIRST_N
 from common.benchmarks.registry import adapter
 from common.benchmarks.subset import load_selected
 from common.core import artifacts, fingerprint, long_texts, progress, sources
@@ -115,8 +116,9 @@ def _selection(run: Run, gold: list[Gold]) -> dict[str, Any]:
     counts: dict[str, int] = defaultdict(int)
     for g in gold:
         counts[data.category(g)] += 1
-    return {"question_limit": limit, "rule": getattr(data, "limit_rule", ""),
-            "by_category": {c: counts[c] for c in sorted(counts)}}
+    rule = FIRST_N if run.cfg.data.limit_rule == "first" else getattr(data, "limit_rule", FIRST_N)
+    return {"question_limit": limit, "limit_rule": run.cfg.data.limit_rule, "rule": rule,
+            "seed": None if rule == FIRST_N else sampling.SEED, "by_category": {c: counts[c] for c in sorted(counts)}}
 
 
 # ----------------------------------------------------------------------------- 02
@@ -537,8 +539,11 @@ def aggregate(run: Run) -> None:
     metrics["fingerprint"] = {"run": run_fp, "judges": {j: fingerprint.stored(run.dir, f"judge:{j}") for j in judges},
                               "file": fingerprint.FILE}
     first = next(iter(metrics["judges"].values()))
+    data = adapter(run.cfg.benchmark)
+    scored = [g["qid"] for g in read_jsonl(run.path("gold")) if data.is_scored(from_dict(Gold, g))]
     metrics["coverage"] = scoring.coverage(run.cfg.benchmark, first["overall"]["n"], dataclasses.asdict(run.cfg.data),
-                                           missing=(first.get("failures") or {}).get("missing_judgment", 0))
+                                           missing=(first.get("failures") or {}).get("missing_judgment", 0),
+                                           question_ids=scored)
     metrics["dataset"] = checksums.run_dataset(adapter(run.cfg.benchmark), run.cfg, dataset_sha256(run))
     # What ran as the memory system (protocol, version, card and departures, embedding model) and
     # its outcomes (empty memories and buffers, errors, failures, fallbacks, what it built), counted.

@@ -45,7 +45,7 @@ from common.core.tokens import count_tokens
 from common.core.yamlio import load_yaml
 from common.evaluation import audited
 from common.evaluation.claims import Claim, load_claims
-from common.evaluation.coverage import EXPECTED_SCORED, coverage, denominator
+from common.evaluation.coverage import EXPECTED_SCORED, coverage, denominator, question_set_id, question_sets_differ
 from common.evaluation.labels import MISSING, RunLabels, clustered_accuracy, load_labels, run_benchmark, run_judges
 from common.evaluation.stats import judge_agreement
 from common.pipeline.audit import audit_dir
@@ -288,8 +288,10 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
         notes.append(f"{run_dir.name}: {dataset['warning']}")
     labels = load_labels(run_dir, judge)
     judge_file = artifacts.judge_path(run_dir, judge).name
+    labelled = {r.qid for r in labels.records if r.cause != MISSING}  # the questions its own number is over
     row: dict[str, Any] = {
         "run": run_dir.name, "run_dir": str(run_dir), "benchmark": benchmark,
+        "question_set": {"id": question_set_id(labelled), "n": len(labelled)},
         "kind": "imported" if source is not None else "harness",
         "system": claim.system if claim else (f"imported ({source.get('format')})" if source is not None
                                               else str((cfg.get("method") or {}).get("name") or DASH)),
@@ -358,7 +360,7 @@ def claim_row(run_dir: Path, claims: dict[str, Claim], rejudge: Rejudge, errata_
 
 
 # ----------------------------------------------------------------------------- the table
-COLUMNS = ["Run", "System", "Claim", "Coverage", "Own labels, own denominator", "vs claim",
+COLUMNS = ["Run", "System", "Claim", "Coverage", "Question set", "Own labels, own denominator", "vs claim",
            "Standard denominator (missing)", "Audited key: corrected excluded", "Audited key: re-judged", "Our judge",
            "Agreement kappa (flips)",
            "Answer / gold tokens mean (p95)", "Accuracy by answer-length quartile", "Unmapped rows"]
@@ -374,6 +376,7 @@ def _md_row(r: dict[str, Any]) -> dict[str, str]:
         "System": r["system"],
         "Claim": c["claim"]["value"] or DASH,
         "Coverage": (r.get("coverage") or {}).get("mark", DASH),
+        "Question set": f"{r['question_set']['id']} ({r['question_set']['n']:,})" if r.get("question_set") else DASH,
         "Own labels, own denominator": _text(c["own"]),
         "vs claim": c["own"].get("vs_claim_printed", c["own"]["vs_claim"]),
         "95% CI (questions; conversations)": _interval_text(c["intervals"]),
@@ -400,6 +403,8 @@ def write(rows: list[dict[str, Any]], out: Path, notes: list[str]) -> list[Path]
     lines = ["", "Notes:", ""] + [f"- {n}" for n in notes] + [
         "- Coverage: the questions the run labels against the claim's denominator (else the benchmark's); a PARTIAL "
         "run's difference to the claim is not printed unless asked (--partial-vs-claim; claims.json keeps it).",
+        "- Question set: the id of the questions the run's own labels are over (a hash of their ids) and their "
+        "number; runs over different sets are warned about above.",
         "- Claim: the number as printed (configs/claims.yaml). Own labels: the run's own labels on its own "
         "denominator (an imported file's rule, all its rows, unmapped ones included); vs claim at the claim's "
         "printed precision.",
@@ -491,6 +496,12 @@ def build(results: Path, out: Path, *, judge: str = DEFAULT_JUDGE, config: Optio
             raise ValueError(f"--judge {judge}: is the name of {run_dir.name}'s published labels; choose another")
         rows.append(claim_row(run_dir, claims, judging, errata, partial_vs_claim))
     _pair_with_claim_runs(rows, notes)
+    for benchmark in dict.fromkeys(r["benchmark"] for r in rows):  # own labels over different questions
+        differ = question_sets_differ({r["run"]: (r["question_set"]["id"], r["question_set"]["n"])
+                                       for r in rows if r["benchmark"] == benchmark})
+        if differ:
+            notes.insert(0, f"WARNING: {benchmark}: {differ} (the standard denominator counts the missing ones wrong)")
+            print(f"claims: WARNING: {benchmark}: {differ}")
     for r in rows:
         for n in r["notes"]:
             if n not in notes:

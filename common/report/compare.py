@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from common.core.io import ArtifactError, write_json
 from common.core.tabular import format_percent as _pct
+from common.evaluation.coverage import question_set_id
 from common.evaluation.labels import RunLabels, category_order, load_labels, run_benchmark, run_judges
 from common.evaluation.loss import CLASSES as LOSS_CLASSES
 from common.evaluation.loss import decompose as loss_decomposition
@@ -122,7 +123,8 @@ def compare_runs(a: RunLabels, b: RunLabels, failures: Failures = "strict") -> d
     warnings = _common_warnings({"A": a, "B": b})
     everything = pair_labels(a.by_qid(), b.by_qid(), "strict")
     if everything.only_in_a or everything.only_in_b:
-        warnings.append(f"QUESTION SETS DIFFER: {everything.n_shared} shared, {everything.only_in_a} only in A, "
+        warnings.append(f"QUESTION SETS DIFFER (A {question_set_id(a.by_qid())}, B {question_set_id(b.by_qid())}): "
+                        f"{everything.n_shared} shared, {everything.only_in_a} only in A, "
                         f"{everything.only_in_b} only in B; each accuracy is over its run's own questions, "
                         "the difference and McNemar over the shared ones only")
     cats_a, cats_b = a.categories(), b.categories()

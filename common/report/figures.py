@@ -19,6 +19,7 @@ partial run is marked on every figure.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -28,13 +29,23 @@ from typing import Any, Callable, Optional
 
 from matplotlib.figure import Figure
 
+from common.benchmarks.registry import ADAPTERS
 from common.core.config import ConfigError
 from common.report import run_figures
-from common.report.tables.beam import beam_figure
+from common.report.tables.beam import beam_figure, beam_runs, question_set_warnings
 from common.report.tables.command import cli
 from common.report.tables.published import NOT_REPORTED, comparable, number
 from common.report.tables.realtalk import realtalk_figure
-from common.report.tables.runs import MAKE_ABLATIONS, Context, Measured, ablation_runs, ci_bounds, measured, subset_note
+from common.report.tables.runs import (
+    MAKE_ABLATIONS,
+    Context,
+    Measured,
+    ablation_runs,
+    ci_bounds,
+    differing_question_sets,
+    measured,
+    subset_note,
+)
 
 DEFAULT_OUT = "figures"
 MEASURED_COLOR, PAPER_COLOR = "#4C72B0", "black"
@@ -48,6 +59,7 @@ class Point:
     label: str
     measured: Measured
     paper: Optional[float]
+    question_set: str = ""  # the run's question-set id (common.evaluation.coverage)
 
     @property
     def percent(self) -> float:
@@ -67,6 +79,7 @@ class Panel:
     paper_comparable: str  # "yes" or "no (reasons)"
     subset_note: str
     coverage: str = ""  # the PARTIAL marks of its runs (common.evaluation.coverage), "" when all are complete
+    warnings: list[str] = dataclasses.field(default_factory=list)  # its runs over different question sets
 
 
 def load_panel(ctx: Context, name: str, variants: list[str]) -> Panel:
@@ -75,13 +88,14 @@ def load_panel(ctx: Context, name: str, variants: list[str]) -> Panel:
     values, source, ident, figure = ctx.published.panel(name)
     judge = ctx.exp.judges["primary"]
     points = [Point(v, ctx.exp.variant(v).label, measured(runs[v], judge, judge_hint=MAKE_ABLATIONS["locomo"]),
-                    number(values.get(v, NOT_REPORTED))) for v in variants]
+                    number(values.get(v, NOT_REPORTED)), runs[v].question_set[0]) for v in variants]
     verdicts = {comparable(ident, runs[v].identity(judge, ctx.published)) for v in variants}
     ok = all(v[0] for v in verdicts)
     why = "; ".join(sorted({v[1] for v in verdicts if v[1]}))
     marks = sorted({runs[v].coverage.mark for v in variants if runs[v].coverage.partial})
+    differ = differing_question_sets([(v, runs[v]) for v in variants])
     return Panel(name, points, f"{figure}: {source}", "yes" if ok else f"no ({why})", subset_note(subset, runs),
-                 ", ".join(marks))
+                 ", ".join(marks), differ)
 
 
 def _panel_variants(ctx: Context, name: str) -> list[str]:
@@ -104,6 +118,8 @@ def caption(fig: Figure, panels: list[Panel]) -> None:
     partial = sorted({p.coverage for p in panels if p.coverage})
     if partial:  # a partial run is never drawn like a full one
         text += f" PARTIAL runs: {'; '.join(partial)} questions each, not the full benchmark."
+    if any(p.warnings for p in panels):
+        text += " QUESTION SETS DIFFER between these runs (figureN.sources.json lists them)."
     # supxlabel is laid out by the constrained layout (fig.text would overlap the tick labels).
     fig.supxlabel(textwrap.fill(text, width=int(fig.get_figwidth() * 22)), fontsize=6)
 
@@ -201,20 +217,25 @@ def figure3(ctx: Context) -> tuple[Figure, list[Panel]]:
 BUILDERS = {"2": figure2, "3": figure3}
 
 
-def _series_writer(name: str, build: Callable[[Context], tuple[Figure, list[dict[str, Any]]]]
+def _series_writer(name: str, build: Callable[[Context], tuple[Figure, list[dict[str, Any]]]],
+                   warn: Optional[Callable[[Context], list[str]]] = None
                    ) -> Callable[[Context, Path, dict[str, Any]], list[Path]]:
     """A figure of series per group (figure_beam: BEAM per ability, official vs corrected,
     common.report.tables.beam; figure_realtalk: REALTALK's three scores per category,
-    common.report.tables.realtalk) and its sources sidecar."""
+    common.report.tables.realtalk) and its sources sidecar, with the runs' warnings (question sets
+    that differ) printed and kept there."""
     def run(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
         fig, series = build(ctx)
+        warnings = warn(ctx) if warn else []
+        for warning in warnings:
+            print(f"{name}: WARNING: {warning}")
         out.mkdir(parents=True, exist_ok=True)
         png, pdf = out / f"{name}.png", out / f"{name}.pdf"
         fig.savefig(png, dpi=200, metadata={"Software": None})
         fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None})
         sidecar = out / f"{name}.sources.json"
-        sidecar.write_text(json.dumps({"figure": name, **meta, "series": series}, ensure_ascii=False, indent=2)
-                           + "\n", encoding="utf-8")
+        sidecar.write_text(json.dumps({"figure": name, **meta, "series": series, "warnings": warnings},
+                                      ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         return [png, pdf, sidecar]
     return run
 
@@ -228,8 +249,9 @@ def write(name: str, fig: Figure, panels: list[Panel], out: Path, meta: dict[str
     sidecar = out / f"{name}.sources.json"
     sidecar.write_text(json.dumps({"figure": name, **meta, "panels": [
         {"panel": p.name, "paper_source": p.paper_source, "paper_comparable": p.paper_comparable,
-         "subset": p.subset_note,
-         "points": [{"variant": q.variant, "label": q.label, "paper": q.paper, **q.measured.source} for q in p.points]}
+         "subset": p.subset_note, "warnings": p.warnings,
+         "points": [{"variant": q.variant, "label": q.label, "paper": q.paper, "question_set": q.question_set,
+                     **q.measured.source} for q in p.points]}
         for p in panels]}, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     return [png, pdf, sidecar]
 
@@ -238,27 +260,37 @@ def _writer(number: str, build: Callable[[Context], tuple[Figure, list[Panel]]]
             ) -> Callable[[Context, Path, dict[str, Any]], list[Path]]:
     """The CLI builder of figure ``number``: build it, then write its files."""
     def run(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
-        return write(f"figure{number}", *build(ctx), out, meta)
+        fig, panels = build(ctx)
+        for warning in dict.fromkeys(w for p in panels for w in p.warnings):
+            print(f"figure {number}: WARNING: {warning}")
+        return write(f"figure{number}", fig, panels, out, meta)
     return run
 
 
 def _main_run_writer(benchmark: str) -> Callable[[Context, Path, dict[str, Any]], list[Path]]:
     """figure_main_<benchmark>: the main run per category / type / ability (common.report.run_figures)."""
     def run(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
-        return run_figures.save(f"figure_main_{benchmark}", *run_figures.main_figure(ctx, benchmark), out, meta)
+        return _saved(f"figure_main_{benchmark}", *run_figures.main_figure(ctx, benchmark), out, meta)
     return run
 
 
 def _write_systems(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
-    return run_figures.save("figure_systems", *run_figures.systems_figure(ctx), out, meta)
+    return _saved("figure_systems", *run_figures.systems_figure(ctx), out, meta)
+
+
+def _saved(name: str, fig: Figure, sidecar: dict[str, Any], out: Path, meta: dict[str, Any]) -> list[Path]:
+    """Save a figure; its warnings (an unnamed main run, question sets that differ) on the console too."""
+    for warning in sidecar.get("warnings") or []:
+        print(f"figure {name}: WARNING: {warning}")
+    return run_figures.save(name, fig, sidecar, out, meta)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     return cli(argv, prog="python -m common.report.figures", doc=__doc__ or "", kind="figure", default_out=DEFAULT_OUT,
-               builders={"main_locomo": _main_run_writer("locomo"), "main_longmemeval": _main_run_writer("longmemeval"),
-                         "main_beam": _main_run_writer("beam"), "main_realtalk": _main_run_writer("realtalk"),
-                         "systems": _write_systems, **{f: _writer(f, b) for f, b in BUILDERS.items()},
-                         "beam": _series_writer("figure_beam", beam_figure),
+               builders={**{f"main_{b}": _main_run_writer(b) for b in ADAPTERS}, "systems": _write_systems,
+                         **{f: _writer(f, b) for f, b in BUILDERS.items()},
+                         "beam": _series_writer("figure_beam", beam_figure,
+                                                lambda ctx: question_set_warnings(beam_runs(ctx.results))),
                          "realtalk": _series_writer("figure_realtalk", realtalk_figure)})
 
 

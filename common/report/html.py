@@ -362,7 +362,10 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
         "judge": chosen, "judges": judges, "judge_model": judge_block.get("judge_model"),
         "category_label": {"locomo": "Category", "beam": "Ability", "realtalk": "Category"}.get(benchmark,
                                                                                                "Question type"),
-        "classes": list(CLASSES), "colors": CHART_COLORS,
+        # no_buffer (no retrieval row: an imported run) only where some question has it: a 0 beside a
+        # memory system's empty_buffer count read as a contradiction (an empty buffer is a retrieval row).
+        "classes": [c for c in CLASSES if c != "no_buffer" or (loss.get("overall") or {}).get("counts", {}).get(c)],
+        "colors": CHART_COLORS,
         # PARTIAL k / n in the header when the run covers fewer questions than the benchmark.
         "coverage": of_metrics(metrics, benchmark).to_dict() if metrics.get("coverage") else None,
         "accuracy_heading": ("Score (ability; headline scoring {}; k = sum of question scores; failures count 0)"

@@ -47,6 +47,7 @@ from common.report.tables.runs import (
     InconsistentRun,
     MissingRun,
     RunData,
+    differing_question_sets,
     measured,
     open_run,
     same_number,
@@ -74,14 +75,14 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
     adversarial = any(run is not None and (run.metrics.get("adversarial") or {}).get("status") == "scored"
                       for _, run, _, _ in entries)
     value_cols = headers + ([extra_header] if extra else []) + ([ADVERSARIAL_HEADER] if adversarial else [])
-    table = Table(name, title, ["Ref", "Method", "Coverage", *value_cols, "Answer model", "Judge", "Protocol",
-                                "Comparable with"])
+    table = Table(name, title, ["Ref", "Method", "Coverage", "Question set", *value_cols, "Answer model", "Judge",
+                                "Protocol", "Comparable with"])
     pubs: list[tuple[str, PublishedRow]] = []
     for i, prow in enumerate(ctx.published.rows(pub_key), 1):
         ref = f"P{i}"
         pubs.append((ref, prow))
         cells = {h: prow.values.get(g, NOT_REPORTED) for g, h in zip(pub_cols, headers)}
-        table.rows.append({"Ref": ref, "Method": prow.method, "Coverage": DASH, **cells,
+        table.rows.append({"Ref": ref, "Method": prow.method, "Coverage": DASH, "Question set": DASH, **cells,
                            **({extra_header: DASH} if extra else {}),
                            **({ADVERSARIAL_HEADER: NOT_REPORTED} if adversarial else {}),
                            "Answer model": prow.identity.answer_model, "Judge": prow.identity.judge_model,
@@ -90,15 +91,18 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
     meas: list[tuple[str, Identity]] = []
     trust_notes: list[str] = []  # judge runs, audited key and power of the measured rows
     not_run: list[str] = []  # notes on measured rows: not run, partial coverage
+    shown: list[tuple[str, RunData]] = []  # measured rows, for the question-set check
     for i, (method, run, judge, hint) in enumerate(entries, 1):
         ref = f"M{i}"
         if run is None:
-            table.rows.append({"Ref": ref, "Method": method, "Coverage": DASH, **{c: NOT_RUN for c in value_cols},
+            table.rows.append({"Ref": ref, "Method": method, "Coverage": DASH, "Question set": DASH,
+                               **{c: NOT_RUN for c in value_cols},
                                "Answer model": DASH, "Judge": judge or DASH, "Protocol": DASH, "Comparable with": DASH})
             not_run.append(f"{ref}: not run (`{hint}`)")
             continue
         # PARTIAL k / n when the run covers fewer questions than the benchmark (common.evaluation.coverage).
-        row = {"Ref": ref, "Method": method, "Coverage": run.coverage.mark}
+        row = {"Ref": ref, "Method": method, "Coverage": run.coverage.mark, "Question set": run.question_set_text}
+        shown.append((ref, run))
         for g, h in zip(groups + [None], headers):
             m = measured(run, judge, g, judge_hint=hint)
             row[h] = fmt_acc(m.summary)
@@ -115,7 +119,8 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
         table.rows.append(row)
         meas.append((ref, ident))
         trust = trust_rows(run, judge, ref, method, groups, headers)
-        fill = {c: DASH for c in ["Coverage", *value_cols]} | {"Answer model": DASH, "Judge": ident.judge_model,
+        fill = {c: DASH for c in ["Coverage", "Question set", *value_cols]} | {"Answer model": DASH,
+                                                                               "Judge": ident.judge_model,
                                                                "Protocol": DASH, "Comparable with": DASH}
         table.rows += [fill | r for r in trust.rows]
         for cell in trust.cells:
@@ -126,6 +131,7 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
         if run.dataset_warning:
             not_run.append(f"{ref}: {run.dataset_warning}")
     table.link(pubs, meas)
+    table.warnings += ([ctx.unnamed[benchmark]] if benchmark in ctx.unnamed else []) + differing_question_sets(shown)
     table.notes += [
         "P rows: transcribed from the paper (configs/published.yaml), values as printed. M rows: measured by "
         "this harness; each cell is accuracy % [95% CI when metrics.json has one; after 'cl' the cluster "
@@ -134,7 +140,9 @@ def accuracy_table(ctx: Context, name: str, benchmark: str, groups: list[str], h
         "10 conversations) the clustered interval is itself imprecise and tends to be too narrow; the power notes "
         "give the design effect beside it.",
         "Coverage: the questions a measured row's run labels of the benchmark's full set (k / n); PARTIAL when "
-        "fewer, and such a row is not the paper's number on the full benchmark.",
+        "fewer, and such a row is not the paper's number on the full benchmark, nor comparable with it. Question "
+        "set: the id of the run's scored questions (a hash of their ids) and their number; rows over different "
+        "sets are not comparable with each other (a warning above the table says so).",
         *([f"Main run: {ctx.chosen[benchmark]}."] if benchmark in ctx.chosen else []),
         COMPARABLE_NOTE, *source_notes(pubs, ctx.published), *ctx.published.tables[pub_key].get("notes", []), *not_run,
         *trust_notes]

@@ -10,13 +10,22 @@ here (docs/beam.md says which numbers exist and why none is printed).
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
 from common.evaluation import beam
-from common.report.tables.runs import Context, InconsistentRun, MissingRun, RunData, benchmark_runs, same_number
+from common.report.tables.runs import (
+    Context,
+    InconsistentRun,
+    MissingRun,
+    RunData,
+    benchmark_runs,
+    differing_question_sets,
+    same_number,
+)
 from common.report.tables.table import Table
 
 MAKE_BEAM = "make beam"
@@ -27,6 +36,11 @@ NO_PAPER_ROWS = ("BEAM paper rows (100K and 500K tables, per answer model) are n
 def beam_runs(results: Path) -> list[RunData]:
     """Every finished BEAM run under ``results/beam/`` (sorted by name)."""
     return benchmark_runs(results, "beam")
+
+
+def question_set_warnings(runs: list[RunData]) -> list[str]:
+    """The warning of the BEAM table and figure when its runs are over different questions."""
+    return differing_question_sets([(run.name, run) for run in runs])
 
 
 def recount(run: RunData, judge: str) -> dict[str, dict[str, Any]]:
@@ -61,8 +75,8 @@ def _cell(summary: dict[str, Any] | None) -> str:
 
 
 def beam_table(ctx: Context) -> Table:
-    columns = ["Ref", "Method", "Run", "Coverage", "Judge", "Scoring", *[beam.SHORT_NAMES[a] for a in beam.ABILITIES],
-               "Overall"]
+    columns = ["Ref", "Method", "Run", "Coverage", "Question set", "Judge", "Scoring",
+               *[beam.SHORT_NAMES[a] for a in beam.ABILITIES], "Overall"]
     table = Table("table_beam", "BEAM: score % per ability (mean over chats of the chat means; "
                   "[95% CI, bootstrap over chats] (sum of question scores/questions); EO = tau_norm)", columns)
     runs = beam_runs(ctx.results)
@@ -76,7 +90,7 @@ def beam_table(ctx: Context) -> Table:
                 ref = f"{run.name}/{j}/{v}"
                 label = (run.metrics.get("method") or {}).get("label") or run.name  # 09's method_label
                 row = {"Ref": ref, "Method": f"{label} (answers {run.answer_model()})", "Run": run.name,
-                       "Coverage": run.coverage.mark,
+                       "Coverage": run.coverage.mark, "Question set": run.question_set_text,
                        "Judge": run.judge_model(j),
                        "Scoring": beam.VARIANT_LABELS[v] + (" (headline)" if v == m.get("headline") else "")}
                 for a in beam.ABILITIES:
@@ -92,6 +106,7 @@ def beam_table(ctx: Context) -> Table:
                 table.notes.append(f"{run.name}: {note}")
     if not runs:
         raise MissingRun(f"{ctx.results / 'beam'}: no BEAM run (no <run>/metrics.json); create one with `{MAKE_BEAM}`")
+    table.warnings += question_set_warnings(runs)
     table.notes += [
         "Official = compute_metrics.py as published (int(score): a 0.5 verdict counts 0; the prompt's <question> "
         "never filled). Float scores: the same judge replies read with float(). <question> filled: its own judge "
@@ -102,32 +117,48 @@ def beam_table(ctx: Context) -> Table:
 
 
 def beam_figure(ctx: Context) -> tuple[Figure, list[dict[str, Any]]]:
-    """Grouped bars per ability: each run/judge/variant's score, the official and corrected side by side."""
-    fig = Figure(figsize=(11, 4.2))
+    """Grouped bars per ability: each run/judge/variant's score, the official and corrected side by side.
+
+    A score of 0 is drawn (a tick and its value at the foot of the bar), a missing score is written
+    ``n/a``, so the two never look alike; each series names its run's coverage and question set."""
+    fig = Figure(figsize=(11, 4.6), layout="constrained")
     ax = fig.subplots()
     series: list[dict[str, Any]] = []
     runs = beam_runs(ctx.results)
     if not runs:
         raise MissingRun(f"{ctx.results / 'beam'}: no BEAM run (no <run>/metrics.json); create one with `{MAKE_BEAM}`")
     partial = [f"{r.name} {r.coverage.mark}" for r in runs if r.coverage.partial]
+    warnings = question_set_warnings(runs)
     for run in runs:
         mark = f" [{run.coverage.mark}]" if run.coverage.partial else ""  # a partial run never passes for a full one
         for j in run.judge_names():
             for v, report in recount(run, j).items():
-                label = f"{run.name}{mark} / {run.judge_model(j)} / {beam.VARIANT_LABELS[v]}"
+                label = f"{run.name}{mark} {run.question_set[0]} / {run.judge_model(j)} / {beam.VARIANT_LABELS[v]}"
                 series.append({"label": label, "run": run.name, "judge": j, "variant": v,
-                               "coverage": run.coverage.to_dict(),
+                               "coverage": run.coverage.to_dict(), "question_set": run.question_set[0],
                                "values": {a: report[a] for a in beam.ABILITIES}})
     xs = list(range(len(beam.ABILITIES)))
     width = 0.8 / max(1, len(series))
     for i, s in enumerate(series):
-        heights = [100 * (s["values"][a] if s["values"][a] is not None else math.nan) for a in beam.ABILITIES]
-        ax.bar([x + i * width - 0.4 + width / 2 for x in xs], heights, width, label=s["label"])
+        at = [x + i * width - 0.4 + width / 2 for x in xs]
+        values = [s["values"][a] for a in beam.ABILITIES]
+        bars = ax.bar(at, [math.nan if v is None else 100 * v for v in values], width, label=s["label"])
+        color = bars.patches[0].get_facecolor() if bars.patches else "black"
+        for x, v in zip(at, values):
+            if v is None:  # no score: written, never an empty slot that reads as 0
+                ax.text(x, 1, "n/a", ha="center", va="bottom", fontsize=6, rotation=90, color="dimgray")
+            elif v == 0:  # a real 0: a tick on the axis and its value
+                ax.plot([x], [0], marker="_", markersize=max(4.0, 60 * width), markeredgewidth=2.5, color=color,
+                        clip_on=False)
+                ax.text(x, 1, "0", ha="center", va="bottom", fontsize=6, color=color)
     ax.set_xticks(xs, [beam.SHORT_NAMES[a] for a in beam.ABILITIES])
     ax.set_ylim(0, 100)
     ax.set_ylabel("score % (mean over chats)")
-    ax.set_title("BEAM per ability: official vs corrected scoring"
-                 + (f" (PARTIAL runs: {', '.join(partial)})" if partial else ""), fontsize=9)
-    ax.legend(fontsize=6, loc="upper right")
-    fig.tight_layout()
+    title = "BEAM per ability: official vs corrected scoring" + (f" (PARTIAL runs: {', '.join(partial)})"
+                                                                  if partial else "")
+    if warnings:
+        title += "; QUESTION SETS DIFFER between the runs (ids in the legend)"
+    ax.set_title(textwrap.fill(title, width=150), fontsize=9)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", fontsize=6, frameon=False,
+               ncols=2 if len(series) > 4 else 1)
     return fig, series

@@ -99,7 +99,12 @@ def cli(argv: Optional[list[str]], *, prog: str, doc: str, kind: str, default_ou
 
 
 def _written(build: Callable[[Context], Table]) -> Callable[[Context, Path, dict[str, Any]], list[Path]]:
-    return lambda ctx, out, meta: write(build(ctx), out, meta)
+    def run(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
+        table = build(ctx)
+        for warning in table.warnings:  # on the console too, as make compare prints its own
+            print(f"table {table.name}: WARNING: {warning}")
+        return write(table, out, meta)
+    return run
 
 
 def main(argv: Optional[list[str]] = None) -> int:

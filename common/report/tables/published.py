@@ -6,6 +6,7 @@ paper rows (their sources, their own notes, what a protocol id means) are built 
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from dataclasses import dataclass
@@ -19,17 +20,24 @@ DASH = "—"
 DEFAULT_PUBLISHED = "configs/published.yaml"
 
 COMPARABLE_NOTE = ("Comparable with: a paper row (P) and a measured row (M) are comparable only if answer model, "
-                   "judge model and evaluation protocol all match (model names compared without snapshot date); "
+                   "judge model and evaluation protocol all match (model names compared without snapshot date) and "
+                   "the measured run covers the whole benchmark the paper's number is over (a PARTIAL run never is); "
                    "other settings (e.g. the embedding model) may still differ, see each run's config.resolved.yaml.")
+# The paper's ablations ran on an unpublished 88-question subset: a subset run is not refused against them.
+ABLATION_SUBSET = "the paper's unpublished ablation subset"
 
 
 @dataclass(frozen=True)
 class Identity:
-    """What decides comparability: answer model, judge model, evaluation protocol (display forms)."""
+    """What decides comparability: answer model, judge model, evaluation protocol (display forms),
+    and what the number covers: ``partial`` is a measured run's PARTIAL mark (``""``: the whole
+    benchmark), or a published number's own subset (the paper's ablation subset; ``""``: a claim
+    over the whole benchmark)."""
 
     answer_model: str
     judge_model: str
     protocol: str
+    partial: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,8 @@ class Published:
         if p is None:
             raise ConfigError(f"{self.path}: ablations.panels.{name}: missing")
         row = self._row(f"ablations.panels.{name}", {"method": name, **p})
-        return row.values, row.source, row.identity, str(p.get("figure", ""))
+        ident = dataclasses.replace(row.identity, partial=ABLATION_SUBSET)
+        return row.values, row.source, ident, str(p.get("figure", ""))
 
     def _row(self, where: str, raw: Any) -> PublishedRow:
         if not isinstance(raw, dict):
@@ -132,6 +141,8 @@ def comparable(published: Identity, measured: Identity) -> tuple[bool, str]:
             reasons.append(f"{label} not stated")
         elif (canonical_model(a) != canonical_model(b)) if attr != "protocol" else a != b:
             reasons.append(f"{label} {a} vs {b}")
+    if measured.partial and not published.partial:  # a partial run is never the number of a full claim
+        reasons.append(f"coverage {measured.partial} vs the whole benchmark")
     return not reasons, "; ".join(reasons)
 
 

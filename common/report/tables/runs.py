@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
+from common.benchmarks.registry import adapter
 from common.core import artifacts
 from common.core.config import ConfigError, load_config
 from common.core.io import ArtifactError, read_json, read_jsonl, sha256_file
-from common.evaluation.coverage import Coverage, of_metrics
+from common.core.schema import Gold, from_dict
+from common.evaluation.coverage import Coverage, of_metrics, question_set_id, question_sets_differ
 from common.evaluation.labels import RunLabels, load_labels
 from common.evaluation.metrics import accuracy
 from common.pipeline import experiments as exp_mod
@@ -74,6 +76,26 @@ class RunData:
     def coverage(self) -> Coverage:
         """What the run covers (``common.evaluation.coverage``, as 09_aggregate recorded it)."""
         return of_metrics(self.metrics, self.benchmark)
+
+    @property
+    def question_set(self) -> tuple[str, int]:
+        """(question-set id, number of questions) of the run's scored questions, recounted from
+        ``01_gold.jsonl`` (``common.evaluation.coverage.question_set_id``); ``InconsistentRun`` when
+        metrics.json recorded another."""
+        data = adapter(self.benchmark)
+        qids = [g["qid"] for g in self.rows("gold") if data.is_scored(from_dict(Gold, g))]
+        qs = question_set_id(qids)
+        stored = ((self.metrics.get("coverage") or {}).get("question_set") or {}).get("id")
+        if stored and stored != qs:
+            raise InconsistentRun(f"{self.metrics_path}: coverage.question_set.id: {stored} but "
+                                  f"{self.path('gold').name} gives {qs}; rerun 09_aggregate")
+        return qs, len(set(qids))
+
+    @property
+    def question_set_text(self) -> str:
+        """``qs-3f2a9c1b0d (20)``: the id and its number of questions, as the tables print it."""
+        qs, n = self.question_set
+        return f"{qs} ({n:,})"
 
     @property
     def coverage_warning(self) -> str:
@@ -144,10 +166,21 @@ class RunData:
 
     def identity(self, judge: str, published: Published) -> Identity:
         prompts = {str(r.get("prompt_id", "")) for r in self.judge_rows(judge)}
-        return Identity(self.answer_model(), self.judge_model(judge), published.protocol_of(prompts))
+        return Identity(self.answer_model(), self.judge_model(judge), published.protocol_of(prompts),
+                        self.coverage.mark if self.coverage.partial else "")
 
     def judge_model(self, judge: str) -> str:
         return str(self.metrics["judges"][judge].get("judge_model") or judge)
+
+
+def differing_question_sets(rows: Sequence[tuple[str, RunData]]) -> list[str]:
+    """One warning per benchmark whose rows (label, run) are over different questions, else none."""
+    out = []
+    for benchmark in dict.fromkeys(r.benchmark for _, r in rows):
+        line = question_sets_differ({label: r.question_set for label, r in rows if r.benchmark == benchmark})
+        if line:
+            out.append(f"{benchmark}: {line}")
+    return out
 
 
 def open_run(results: Path, benchmark: str, run: str, make_hint: str) -> RunData:
@@ -289,6 +322,9 @@ class Context:
     run: Optional[str] = None
     _runs: dict[tuple[str, str], RunData] = field(default_factory=dict, repr=False)
     chosen: dict[str, str] = field(default_factory=dict)  # benchmark -> why its main run is the one shown
+    # benchmark -> the warning every table and figure of it prints when no one named its main run
+    # (neither RUN= nor configs/experiments.yaml's run exists) and the newest run was taken.
+    unnamed: dict[str, str] = field(default_factory=dict)
 
     def main_run(self, benchmark: str) -> RunData:
         key = (benchmark, "")
@@ -326,6 +362,12 @@ class Context:
             run = candidates[0]
             self.chosen[benchmark] = (f"main {benchmark} run {run.name}: {run.coverage.mark}, the newest run of the "
                                       f"paper's config (no complete one; RUN= names another)")
+        others = [r.name for r in candidates if r is not run]
+        self.unnamed[benchmark] = (
+            f"main run chosen, not named: {run.name} ({run.coverage.mark}, question set {run.question_set_text}) is "
+            f"the newest {'complete ' if complete else ''}run of the paper's config, since neither RUN= nor "
+            f"configs/experiments.yaml's run {self.exp.main_run} names one"
+            + (f"; other candidates: {', '.join(others)}" if others else "") + f"; name it with RUN={run.name}")
         return run
 
 

@@ -10,17 +10,27 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from common.benchmarks.registry import ADAPTERS
 from common.core import fingerprint
 from common.core.yamlio import load_yaml
 from common.evaluation import scoring
 from common.pipeline import ledger
 from common.report.tables import system_rows
 from common.report.tables.published import DASH
-from common.report.tables.runs import MAKE_MAIN, Context, MissingRun, RunData, measured, open_run
+from common.report.tables.runs import (
+    MAKE_MAIN,
+    Context,
+    MissingRun,
+    RunData,
+    differing_question_sets,
+    measured,
+    open_run,
+)
 from common.report.tables.table import Table, fmt_acc
 from common.systems import outcomes
 
-BENCHMARKS = ("locomo", "longmemeval", "realtalk")  # REALTALK: the LoCoMo judge's accuracy
+# Every registered benchmark judged by accuracy; BEAM's rubric scores have their own table (beam.py).
+BENCHMARKS = tuple(b for b in ADAPTERS if b != "beam")
 
 
 def _settings(run: RunData) -> dict[str, Any]:
@@ -64,7 +74,7 @@ def _spent(run: RunData) -> dict[str, str]:
 def finished_runs(ctx: Context, benchmark: str) -> list[RunData]:
     """Every run of ``benchmark`` with a metrics.json under the results directory, by name."""
     root = ctx.results / benchmark
-    return [open_run(ctx.results, benchmark, d.name, MAKE_MAIN[benchmark])
+    return [open_run(ctx.results, benchmark, d.name, MAKE_MAIN.get(benchmark, f"make {benchmark}"))
             for d in (sorted(p for p in root.glob("*") if (p / "metrics.json").exists()) if root.exists() else [])]
 
 
@@ -85,12 +95,14 @@ def _buffers(run: RunData) -> dict[str, str]:
 
 def systems_table(ctx: Context) -> Table:
     table = Table("systems", "Memory systems: LLM-judge accuracy (%) of every finished run",
-                  ["Ref", "Benchmark", "Run", "System", *system_rows.COLUMNS, "Answer prompt", "Coverage", "Overall",
-                   system_rows.PAIR_COLUMN, "Answer model", "Judge", "Fingerprint (run / judge)", "Protocol",
+                  ["Ref", "Benchmark", "Run", "System", *system_rows.COLUMNS, "Answer prompt", "Coverage",
+                   "Question set", "Overall", system_rows.PAIR_COLUMN, "Answer model", "Judge",
+                   "Fingerprint (run / judge)", "Protocol",
                    "Items / q (mean / p95)", "Buffer tokens / q (mean / p95)", "Outcomes", "Calls / q", "Tokens / q",
                    "$ / q", "Source"])
     notes: list[str] = []
     judged: list[tuple[dict[str, str], RunData, str]] = []
+    shown: list[tuple[str, RunData]] = []
     for benchmark in BENCHMARKS:
         for run in finished_runs(ctx, benchmark):
             about = _settings(run)
@@ -102,7 +114,7 @@ def systems_table(ctx: Context) -> Table:
                 ident = run.identity(judge, ctx.published)
                 row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"], **what,
                        "Answer prompt": about["prompt"], "Coverage": run.coverage.mark,
-                       "Overall": fmt_acc(m.summary),
+                       "Question set": run.question_set_text, "Overall": fmt_acc(m.summary),
                        "Answer model": ident.answer_model, "Judge": ident.judge_model,
                        "Fingerprint (run / judge)": _fingerprint(run, judge), "Protocol": ident.protocol,
                        **spent}
@@ -111,6 +123,7 @@ def systems_table(ctx: Context) -> Table:
                 if card is not None:
                     table.hrefs[(ref, "Departures")] = card
                 judged.append((row, run, judge))
+                shown.append((ref, run))
                 if run.coverage_warning:
                     notes.append(f"{ref}: {run.coverage_warning}")
                 if run.dataset_warning:
@@ -119,8 +132,11 @@ def systems_table(ctx: Context) -> Table:
     if not table.rows:
         raise MissingRun(f"{ctx.results}: no finished run (no <benchmark>/<run>/metrics.json); "
                          f"create one with `make locomo` or `make locomo SET=\"method.name=mem0\" RUN=mem0`")
+    table.warnings += differing_question_sets(shown)
     table.notes += [
-        "Coverage: the questions the run labels of the benchmark's full set; PARTIAL k / n when fewer.",
+        "Coverage: the questions the run labels of the benchmark's full set; PARTIAL k / n when fewer. "
+        "Question set: the id of the run's scored questions (a hash of their ids) and their number: two runs "
+        "with equal coverage may still be over different questions; the fingerprint describes the protocol only.",
         "One row per finished run and judge under the results directory, any memory system (method.name). "
         "Each cell is accuracy % [95% CI when metrics.json has one] (k/n), recounted from 01_gold.jsonl + "
         "08_judge_<judge>.jsonl; failed judgments count as wrong. Calls, tokens and $ per question: every "
@@ -142,7 +158,8 @@ def systems_table(ctx: Context) -> Table:
         "system (its limit in word pieces, and how longer texts were embedded). Native - common: where one system "
         "has both runs with the same answer model and judge, the paired difference of strict accuracy "
         "(percentage points, 95% paired bootstrap CI) over the questions both scored.",
-        "Rows are comparable when benchmark, answer model, judge and protocol agree; the run fingerprint also "
+        "Rows are comparable when benchmark, question set, answer model, judge and protocol agree; the run "
+        "fingerprint also "
         "covers the system's settings and answer prompt. Paired difference, CI and McNemar between any two: "
         "`make compare A=results/<benchmark>/<run> B=results/<benchmark>/<other run>`.",
         *notes]

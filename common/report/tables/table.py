@@ -25,6 +25,9 @@ class Table:
     columns: list[str]
     rows: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Printed above the table and by ``make tables``: what must be read before any row (rows over
+    # different question sets).
+    warnings: list[str] = field(default_factory=list)
     cells: list[dict[str, Any]] = field(default_factory=list)
     published: list[dict[str, Any]] = field(default_factory=list)
     # (row ref, column) -> a file the Markdown cell links to (a system's protocol card); the CSV and

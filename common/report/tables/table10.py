@@ -6,9 +6,11 @@ per-category accuracies) plus per-question agreement, Cohen's kappa and McNemar
 """
 from __future__ import annotations
 
+import dataclasses
+
 from common.evaluation import stats
 from common.evaluation.labels import category_order
-from common.report.tables.published import COMPARABLE_NOTE, NOT_REPORTED, Identity, source_notes
+from common.report.tables.published import COMPARABLE_NOTE, NOT_REPORTED, source_notes
 from common.report.tables.runs import MAKE_JUDGE2, MAKE_MAIN, Context, MissingRun, measured
 from common.report.tables.table import Table
 
@@ -66,8 +68,8 @@ def table10(ctx: Context) -> Table:
             table.add_cell(ref, header, text, {
                 **agree_src, "metric": f"common.evaluation.stats.judge_agreement.{header}", "value": value,
                 "mcnemar": agreement.mcnemar.to_dict() if header == "McNemar p" else None})
-        ident = Identity(run.answer_model(), f"{run.judge_model(primary)} vs {run.judge_model(secondary)}",
-                         run.identity(primary, ctx.published).protocol)
+        ident = dataclasses.replace(run.identity(primary, ctx.published),
+                                    judge_model=f"{run.judge_model(primary)} vs {run.judge_model(secondary)}")
         row["Judges"] = ident.judge_model
         table.rows.append(row)
         if run.coverage_warning:

@@ -79,7 +79,9 @@ def table3(ctx: Context) -> Table:
                                             "value": value, "n": eff["n"], "files": run.files("gold", *used),
                                             "fingerprint": run.fingerprint})
     table.rows.append(row)
-    table.link(pubs, [(ref, Identity(run.answer_model(), NOT_APPLICABLE, EFFICIENCY_PROTOCOL))])
+    table.warnings += [ctx.unnamed["locomo"]] if "locomo" in ctx.unnamed else []
+    table.link(pubs, [(ref, Identity(run.answer_model(), NOT_APPLICABLE, EFFICIENCY_PROTOCOL,
+                                     run.coverage.mark if run.coverage.partial else ""))])
     n_calls = sum(len(by["plans"][q].get("llm_calls") or []) for q in scored) + len(scored)
     hits = f"Cache hits among the measured planning and answer calls: {eff['cached_calls']}/{n_calls}."
     if eff["cached_calls"]:
