@@ -22,6 +22,10 @@ LME_SHA256_longmemeval_oracle    := $(call SHA256_OF,longmemeval_oracle.json)
 LME_SHA256_longmemeval_m_cleaned := $(call SHA256_OF,longmemeval_m_cleaned.json)
 LME_CONFIG ?= configs/longmemeval.yaml
 BEAM_CONFIG ?= configs/beam.yaml
+LOCOMO_PLUS_CONFIG ?= configs/locomo_plus.yaml
+# LoCoMo-Plus at its pinned commit (the repository has no licence file; the LoCoMo part is CC BY-NC 4.0).
+LOCOMO_PLUS_URL := https://raw.githubusercontent.com/xjtuleeyf/Locomo-Plus/059f4e3d38f7f1f96765e8e2cb7de3097551bffb/data/locomo_plus.json
+LOCOMO_PLUS_SHA256 := $(call SHA256_OF,locomo_plus.json)
 SIZE    ?=
 BENCH_ARGS ?=
 SUBSET  ?=
@@ -58,6 +62,7 @@ ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMI
        $(if $(EXECUTOR),--set run.executor=$(EXECUTOR)) $(if $(FORCE),--force)
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 BEAM_ARGS = $(subst --config $(CONFIG),--config $(BEAM_CONFIG),$(ARGS)) $(if $(SIZE),--set data.tier=$(SIZE))
+PLUS_ARGS = $(subst --config $(CONFIG),--config $(LOCOMO_PLUS_CONFIG),$(ARGS))
 # The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
 STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
@@ -66,7 +71,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: system-env test-systems-all help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep
+        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep data-locomo-plus locomo-plus
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -80,6 +85,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
 #: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
+#: LOCOMO_PLUS_JSON  the LoCoMo-Plus file (default data/locomo_plus.json, make data-locomo-plus; with LOCOMO_JSON)
 #: OPENAI_API_KEY    the key of OpenAI (or of any endpoint that wants one); from the environment only
 #: OPENAI_BASE_URL   an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp)
 #: PGPASSWORD        the password of a PostgreSQL cache (llm.cache_url); from the environment only
@@ -143,6 +149,22 @@ beam:  ## the full BEAM pipeline 01-09 (BEAM_CONFIG, SIZE=100K|500K|1M|10M, RUN,
 beam-%:  ## one BEAM stage of the graph, e.g. make beam-04_index
 	$(call check-stage,$*)
 	$(PY) -m BEAM.$* $(BEAM_ARGS)
+
+data-locomo-plus: data/locomo_plus.json data/locomo10.json  ## download locomo_plus.json at the pinned commit (and locomo10.json), sha256-checked
+
+data/locomo_plus.json:
+	mkdir -p data
+	curl -fsSL -o $@.part $(LOCOMO_PLUS_URL)
+	echo "$(LOCOMO_PLUS_SHA256)  $@.part" | sha256sum -c -
+	mv $@.part $@
+
+locomo-plus:  ## the full LoCoMo-Plus pipeline 01-09 (LOCOMO_PLUS_CONFIG, RUN, LIMIT=N questions across the six categories, MEMORIES=conv ids, SET, DRY_RUN=1)
+	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LoCoMoPlus.01_preprocess $(PLUS_ARGS) --dry-run; \
+	else $(PY) -m common.pipeline.run_all locomo_plus $(PLUS_ARGS); fi
+
+locomo-plus-%:  ## one LoCoMo-Plus stage of the graph, e.g. make locomo-plus-04_index
+	$(call check-stage,$*)
+	$(PY) -m LoCoMoPlus.$* $(PLUS_ARGS)
 
 longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=first N questions, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
@@ -315,9 +337,9 @@ docs-serve: docs  ## build the site, then serve site/ on http://127.0.0.1:$(DOCS
 	@echo "the docs site: http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C stops the server)"
 	$(VENV)/bin/python -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory site
 
-clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval|beam, or all when BENCH is unset (never the LLM cache)
-	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval|beam]"; exit 1)
-	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval beam),results/$(b)/$(RUN))
+clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval|beam|locomo_plus, or all when BENCH is unset (never the LLM cache)
+	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval|beam|locomo_plus]"; exit 1)
+	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval beam locomo_plus),results/$(b)/$(RUN))
 
 AUDIT_ARGS = $(foreach s,$(SET),--set $(s)) $(if $(MEMORIES),--set "data.memories=[$(MEMORIES)]") \
              $(if $(LIMIT),--set data.question_limit=$(LIMIT)) $(if $(SETS),--sets $(SETS)) $(if $(DRY_RUN),--dry-run)

@@ -1,11 +1,11 @@
 """The benchmark adapters by name (``cfg.benchmark``)."""
 from __future__ import annotations
 
-from common.benchmarks import beam, locomo, longmemeval
+from common.benchmarks import beam, locomo, locomo_plus, longmemeval
 from common.benchmarks.base import BenchmarkAdapter
 
 ADAPTERS: dict[str, BenchmarkAdapter] = {"locomo": locomo.ADAPTER, "longmemeval": longmemeval.ADAPTER,
-                                       "beam": beam.ADAPTER}
+                                       "beam": beam.ADAPTER, "locomo_plus": locomo_plus.ADAPTER}
 
 
 def adapter(name: str) -> BenchmarkAdapter:

@@ -130,6 +130,10 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         # The parity cap on every system's buffer (systems.buffer_tokens): only when set, so the
         # fingerprints of runs without it stay as they were.
         **({"parity": {"buffer_tokens": cfg.systems.buffer_tokens}} if cfg.systems.buffer_tokens else {}),
+        # LoCoMo-Plus: how the Cognitive items are stitched changes the memories (data.stitch; the
+        # LoCoMo file itself is in dataset_sha256).
+        **({"stitch": {k: v for k, v in dataclasses.asdict(cfg.data.stitch).items() if k != "locomo_path"}}
+           if str(cfg.benchmark) == "locomo_plus" else {}),
     }
 
 
@@ -144,10 +148,10 @@ def _method_section(cfg: Config, section: str) -> dict[str, Any]:
 
 
 def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
-    beam = str(cfg.benchmark) == "beam"
+    beam, plus = str(cfg.benchmark) == "beam", str(cfg.benchmark) == "locomo_plus"
     prompts = {k: v for k, v in _prompt_hashes(judge=True).items()
-               if k == cfg.judge.prompt or (cfg.judge.prompt == "official" and k.startswith("judge_lme_"))
-               or (beam and k.startswith("judge_beam_"))}
+               if k == cfg.judge.prompt or (cfg.judge.prompt == "official" and k.startswith("judge_lme_") and not plus)
+               or (beam and k.startswith("judge_beam_")) or (plus and k.startswith("judge_locomo_plus_"))}
     out: dict[str, Any] = {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
            "judge_prompts": prompts, "scoring_policy": policy}
     if cfg.judge.runs != 1:  # only then: single-run fingerprints made before judge.runs stay valid
@@ -157,6 +161,9 @@ def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
                                "fill_question": cfg.score.beam_fill_question}
         if cfg.score.beam_empty_answers != "zero":  # added later: only when set, older fingerprints stay
             out["beam_scoring"]["empty_answers"] = cfg.score.beam_empty_answers
+    if plus:  # common.evaluation.locomo_plus: the headline parser and the failed-answer rule
+        out["locomo_plus_scoring"] = {"parser": cfg.score.locomo_plus_parser,
+                                      "error_answers": cfg.score.locomo_plus_error_answers}
     return out
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 # The full benchmark sizes a complete run must cover (spec/benchmarks.md).
-EXPECTED_SCORED = {"locomo": 1540, "longmemeval": 500}
+EXPECTED_SCORED = {"locomo": 1540, "longmemeval": 500, "locomo_plus": 2387}  # LoCoMo-Plus: 1,986 + 401 Cognitive
 
 
 @dataclass(frozen=True)

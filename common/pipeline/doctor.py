@@ -62,7 +62,8 @@ PROBE_SCHEMA = {"type": "json_schema", "json_schema": {"name": "probe", "strict"
 # and the answer stage ask for plain text.
 JSON_ROLES = {"locomo": ("partition", "extract", "plan", "bridge", "judge"),
               "longmemeval": ("partition", "extract", "plan", "bridge"),
-              "beam": ("partition", "extract", "plan", "bridge")}
+              "beam": ("partition", "extract", "plan", "bridge"),
+              "locomo_plus": ("partition", "extract", "plan", "bridge")}
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 # What a probe call may raise: the SDK's errors, and a 200 whose body is not a chat completion
 # (cut-off JSON, no choices).
