@@ -30,6 +30,7 @@ from common.core.config import ConfigError
 from common.report import run_figures
 from common.report.tables.beam import beam_figure
 from common.report.tables.command import cli
+from common.report.tables.locomo_plus import locomo_plus_figure
 from common.report.tables.published import NOT_REPORTED, comparable, number
 from common.report.tables.runs import MAKE_ABLATIONS, Context, Measured, ablation_runs, ci_bounds, measured, subset_note
 
@@ -211,6 +212,12 @@ def _write_beam(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
     return [png, pdf, sidecar]
 
 
+def _write_locomo_plus(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
+    """figure_locomo_plus: LoCoMo-Plus per category, both parser readings (common.report.tables.locomo_plus)."""
+    fig, series = locomo_plus_figure(ctx)
+    return run_figures.save("figure_locomo_plus", fig, {"series": series}, out, meta)
+
+
 def write(name: str, fig: Figure, panels: list[Panel], out: Path, meta: dict[str, Any]) -> list[Path]:
     """PNG + PDF (no timestamps, so reruns give the same PDF) and the sources sidecar."""
     out.mkdir(parents=True, exist_ok=True)
@@ -248,8 +255,9 @@ def _write_systems(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
 def main(argv: Optional[list[str]] = None) -> int:
     return cli(argv, prog="python -m common.report.figures", doc=__doc__ or "", kind="figure", default_out=DEFAULT_OUT,
                builders={"main_locomo": _main_run_writer("locomo"), "main_longmemeval": _main_run_writer("longmemeval"),
-                         "main_beam": _main_run_writer("beam"), "systems": _write_systems,
-                         **{f: _writer(f, b) for f, b in BUILDERS.items()}, "beam": _write_beam})
+                         "main_beam": _main_run_writer("beam"), "main_locomo_plus": _main_run_writer("locomo_plus"),
+                         "systems": _write_systems, **{f: _writer(f, b) for f, b in BUILDERS.items()},
+                         "beam": _write_beam, "locomo_plus": _write_locomo_plus})
 
 
 if __name__ == "__main__":

@@ -263,11 +263,14 @@ def _score_cell(name: str, score: Any, summary: dict[str, Any]) -> dict[str, Any
 
 def _accuracy_cells(metrics: dict[str, Any], judge: str, benchmark: str) -> list[dict[str, Any]]:
     block = metrics.get("judges", {}).get(judge, {})
-    if "variants" in block:  # BEAM: the headline scoring variant, per ability (common.evaluation.beam)
+    if "variants" in block:  # BEAM, LoCoMo-Plus: the headline scoring variant, per ability or category
         head = block["variants"].get(block.get("headline") or "official") or {}
-        cells = [_score_cell(a, (head.get("by_ability") or {})[a].get("score"), head["by_ability"][a])
-                 for a in adapter(benchmark).categories if a in (head.get("by_ability") or {})]
-        if head.get("questions"):
+        groups = head.get("by_ability") or head.get("by_category") or {}
+        cells = [_score_cell(a, groups[a].get("score"), groups[a])
+                 for a in adapter(benchmark).categories if a in groups]
+        if isinstance(head.get("overall"), dict):  # LoCoMo-Plus: the official mean over all questions
+            cells.append(_score_cell("overall", head["overall"].get("score"), head["overall"]))
+        elif head.get("questions"):
             cells.append(_score_cell("overall", head.get("overall"), head["questions"]))
         return cells
     groups = block.get("by_category") or block.get("by_type") or {}
@@ -359,7 +362,8 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
         "run": metrics.get("run") or run_dir.name, "run_dir": str(run_dir), "benchmark": benchmark,
         "method": (metrics.get("method") or {}).get("label") or "method not recorded (aggregate the run again)",
         "judge": chosen, "judges": judges, "judge_model": judge_block.get("judge_model"),
-        "category_label": {"locomo": "Category", "beam": "Ability"}.get(benchmark, "Question type"),
+        "category_label": {"locomo": "Category", "beam": "Ability", "locomo_plus": "Category"}.get(benchmark,
+                                                                                                  "Question type"),
         "classes": list(CLASSES), "colors": CHART_COLORS,
         # PARTIAL k / n in the header when the run covers fewer questions than the benchmark.
         "coverage": of_metrics(metrics, benchmark).to_dict() if metrics.get("coverage") else None,

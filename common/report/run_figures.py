@@ -22,12 +22,13 @@ from matplotlib.figure import Figure
 
 from common.benchmarks.registry import adapter
 from common.evaluation import beam
+from common.report.tables import locomo_plus as plus_table
 from common.report.tables.beam import recount
 from common.report.tables.runs import Context, MissingRun, RunData, ci_bounds, measured
 from common.report.tables.systems import BENCHMARKS, finished_runs, spent
 
 MEASURED_COLOR, PARTIAL_COLOR = "#4C72B0", "#DD8452"
-GROUP_NAME = {"locomo": "category", "longmemeval": "question type", "beam": "ability"}
+GROUP_NAME = {"locomo": "category", "longmemeval": "question type", "beam": "ability", "locomo_plus": "category"}
 
 
 def judge_of(ctx: Context, run: RunData) -> str:
@@ -56,6 +57,19 @@ def _groups(ctx: Context, run: RunData, judge: str) -> list[dict[str, Any]]:
                         "source": {"run_dir": str(run.dir), "metric": f"judges.{judge}.variants."
                                    f"{block.get('headline') or 'official'}.by_ability.{a}", "n": s.get("n"),
                                    "files": run.files("gold", judges=[judge])}})
+        return out
+    if run.benchmark == "locomo_plus":  # the headline parser's mean score, recounted first
+        plus_table.recount(run, judge)
+        block = run.metrics["judges"][judge]
+        head = block["variants"][block.get("headline") or "official"]
+        for g in [*adapter(run.benchmark).categories, None]:
+            s = head["overall"] if g is None else head["by_category"].get(g)
+            if s:
+                out.append({"group": g or "overall", "value": s.get("score"), "kn": f"{s['sum']:g}/{s['n']}",
+                            "ci": ci_bounds(s.get("ci_cluster") or s.get("ci")),
+                            "source": {"run_dir": str(run.dir), "metric": f"judges.{judge}.variants."
+                                       f"{block.get('headline')}." + (f"by_category.{g}" if g else "overall"),
+                                       "n": s.get("n"), "files": run.files("gold", judges=[judge])}})
         return out
     for g in [*adapter(run.benchmark).categories, None]:
         m = measured(run, judge, g)
@@ -87,7 +101,7 @@ def main_figure(ctx: Context, benchmark: str) -> tuple[Figure, dict[str, Any]]:
         ax.text(x, 1.5, g["kn"], ha="center", va="bottom", fontsize=7, color="white" if h >= 12 else "black")
     ax.set_xticks(xs, [g["group"] for g in groups], fontsize=7, rotation=20, ha="right")
     ax.set_ylim(0, 105)
-    ax.set_ylabel("Accuracy (%)" if benchmark != "beam" else "Score (%)")
+    ax.set_ylabel("Accuracy (%)" if benchmark not in ("beam", "locomo_plus") else "Score (%)")
     ax.set_title(f"{benchmark}: run {run.name} per {GROUP_NAME[benchmark]}{_title_mark(run)}", fontsize=9)
     handles, labels = ax.get_legend_handles_labels()  # below the axes: never over a bar or a whisker
     fig.legend(handles, labels, loc="outside lower center", fontsize=7, frameon=False, ncols=2)
@@ -101,7 +115,7 @@ def main_figure(ctx: Context, benchmark: str) -> tuple[Figure, dict[str, Any]]:
 def _point(ctx: Context, run: RunData) -> dict[str, Any]:
     """One run's point: overall accuracy (recounted) with its CI, tokens and dollars per question."""
     judge = judge_of(ctx, run)
-    m = measured(run, judge)
+    m = plus_table.measured_score(run, judge) if run.benchmark == "locomo_plus" else measured(run, judge)
     cost = spent(run)
     system = (run.metrics.get("method") or {}).get("name") if isinstance(run.metrics.get("method"), dict) else None
     return {**m.source, "run": run.name, "benchmark": run.benchmark, "system": system or "not recorded",

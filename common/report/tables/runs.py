@@ -25,7 +25,8 @@ from common.report.tables.published import NOT_STATED, Identity, Published
 
 GROUP_KEY = {"locomo": "by_category", "longmemeval": "by_type"}
 # The commands that create each kind of run (error messages name them).
-MAKE_MAIN = {"locomo": "make locomo", "longmemeval": "make longmemeval", "beam": "make beam"}
+MAKE_MAIN = {"locomo": "make locomo", "longmemeval": "make longmemeval", "beam": "make beam",
+             "locomo_plus": "make locomo-plus"}
 MAKE_JUDGE2 = {"locomo": "make judge2", "longmemeval": "make judge2-longmemeval"}
 MAKE_BASELINES = {"locomo": "make baselines", "longmemeval": "make baselines-longmemeval",
                   "beam": "make baselines-beam"}

@@ -14,12 +14,13 @@ from common.core import fingerprint
 from common.core.yamlio import load_yaml
 from common.evaluation import scoring
 from common.pipeline import ledger
+from common.report.tables.locomo_plus import measured_score
 from common.report.tables.published import DASH
 from common.report.tables.runs import MAKE_MAIN, Context, MissingRun, RunData, measured, open_run
 from common.report.tables.table import Table, fmt_acc
 from common.systems import outcomes
 
-BENCHMARKS = ("locomo", "longmemeval")
+BENCHMARKS = ("locomo", "longmemeval", "locomo_plus")
 
 
 def _settings(run: RunData) -> dict[str, Any]:
@@ -94,7 +95,8 @@ def systems_table(ctx: Context) -> Table:
             spent = {**_spent(run), **_buffers(run)}
             for judge in run.judge_names():
                 ref = f"S{len(table.rows) + 1}"
-                m = measured(run, judge)
+                # LoCoMo-Plus: the official mean score (partial counts 0.5), the number its tables report.
+                m = measured_score(run, judge) if benchmark == "locomo_plus" else measured(run, judge)
                 ident = run.identity(judge, ctx.published)
                 row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"],
                        "Answer prompt": about["prompt"], "Coverage": run.coverage.mark,
@@ -113,6 +115,8 @@ def systems_table(ctx: Context) -> Table:
                          f"create one with `make locomo` or `make locomo SET=\"method.name=mem0\" RUN=mem0`")
     table.notes += [
         "Coverage: the questions the run labels of the benchmark's full set; PARTIAL k / n when fewer.",
+        "LoCoMo-Plus rows: Overall is the official mean score (correct 1, partial 0.5, wrong 0; sum of scores/n), "
+        "under the run's headline parser; its CI resamples questions, cl the LoCoMo conversations.",
         "One row per finished run and judge under the results directory, any memory system (method.name). "
         "Each cell is accuracy % [95% CI when metrics.json has one] (k/n), recounted from 01_gold.jsonl + "
         "08_judge_<judge>.jsonl; failed judgments count as wrong. Calls, tokens and $ per question: every "
