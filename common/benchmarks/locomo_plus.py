@@ -135,10 +135,11 @@ def load_locomo_plus(path: str | Path, source: Optional[Source] = None) -> Bench
                                              details={"conversation": c,
                                                       "judge_evidence": evidence_text(g.raw_evidence, by_conv[c])}))
     paired = stitch.pair(len(items), len(conversations), source.pairing, source.seed)
+    shared: dict[tuple[str, int, bool], list[Turn]] = {}
     for i, (item, loc) in enumerate(items):
         c = conversations[paired[i]]
         try:
-            stitched, q, g = stitch_item(i, item, by_conv[c], times[c], source, c)
+            stitched, q, g = stitch_item(i, item, by_conv[c], times[c], source, c, shared)
         except ValueError as exc:
             raise loc.error(str(exc)) from None
         sessions += stitched
@@ -195,9 +196,11 @@ def evidence_text(raw_evidence: list[str], sessions: list[Session]) -> str:
 
 
 def stitch_item(i: int, item: dict[str, Any], conv: list[Session], times: list[Any], source: Source,
-                conversation: str) -> tuple[list[Session], Question, Gold]:
+                conversation: str, cache: Optional[dict[tuple[str, int, bool], list[Turn]]] = None
+                ) -> tuple[list[Session], Question, Gold]:
     """The stitched memory, question and gold of item ``i`` (``ValueError`` for a cue or trigger
-    without an ``A:``/``B:`` line)."""
+    without an ``A:``/``B:`` line). ``cache``: the renumbered sessions already built, shared."""
+    cache = {} if cache is None else cache
     speaker_a, speaker_b = (conv[0].speakers + ["", ""])[:2]
     cue = [(stitch.speaker_of(t, speaker_a, speaker_b), text) for t, text in stitch.parse_ab(item["cue_dialogue"])]
     trigger = [(stitch.speaker_of(t, speaker_a, speaker_b), text)
@@ -218,7 +221,7 @@ def stitch_item(i: int, item: dict[str, Any], conv: list[Session], times: list[A
             date = stitch.locomo_date(placement.cue_time) if dated else ""
         else:
             base = conv[event]
-            turns = _renumbered(base, k, keep_images=dated)
+            turns = _renumbered(base, k, dated, cache)
             date = base.date_time if dated else ""
         sessions.append(Session(memory_id=mid, session_id=f"session_{k}", session_index=k, date_time=date,
                                 turns=turns, speakers=[speaker_a, speaker_b]))
@@ -241,12 +244,17 @@ def stitch_item(i: int, item: dict[str, Any], conv: list[Session], times: list[A
     return sessions, question, gold
 
 
-def _renumbered(session: Session, k: int, keep_images: bool) -> list[Turn]:
+def _renumbered(session: Session, k: int, keep_images: bool, cache: dict[tuple[str, int, bool], list[Turn]]
+                ) -> list[Turn]:
     """A LoCoMo session's turns as session ``k`` of a stitched memory: the same turns when it keeps
     its number (so it is shared with the plain conversation), else ``D<j>:`` renamed ``D<k>:``;
-    without images under the official context (its dialogue prints text only)."""
+    without images under the official context (its dialogue prints text only). A session has two
+    versions at most (before or after its item's cue): each is built once and shared, read-only."""
+    key = (session.key, k, keep_images)
+    if key in cache:
+        return cache[key]
     old, new = f"D{session.session_index}:", f"D{k}:"
-    out = []
+    out = cache[key] = []
     for n, t in enumerate(session.turns, 1):
         dia = t.dia_id if k == session.session_index else (
             new + t.dia_id[len(old):] if t.dia_id.startswith(old) else f"{new}{n}")
