@@ -71,7 +71,8 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: system-env test-systems-all help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep data-locomo-plus locomo-plus
+        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep data-locomo-plus locomo-plus \
+        ablations-locomo-plus baselines-locomo-plus
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
@@ -214,6 +215,12 @@ ablations-beam:  ## BEAM ablations (SUBSET=<file> or all)
 
 baselines-beam:  ## the same baselines on BEAM (SIZE=100K|500K|1M|10M)
 	$(PY) -m common.pipeline.runner baselines --benchmark beam $(EXP_ARGS) $(if $(SIZE),--set data.tier=$(SIZE))
+
+ablations-locomo-plus:  ## LoCoMo-Plus ablations (SUBSET=<file> or all; LIMIT=N across the six categories)
+	$(PY) -m LoCoMoPlus.10_ablations $(EXP_ARGS)
+
+baselines-locomo-plus:  ## the same baselines on LoCoMo-Plus
+	$(PY) -m common.pipeline.runner baselines --benchmark locomo_plus $(EXP_ARGS)
 
 tables:  ## paper Tables 1,2,3,4,10 and the systems table from the runs that exist [RUN=main run] -> results/tables/ (md, csv, tex, sources.json); no LLM call
 	$(PY) -m common.report.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RUN),--run $(RUN)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)

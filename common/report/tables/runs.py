@@ -29,9 +29,9 @@ MAKE_MAIN = {"locomo": "make locomo", "longmemeval": "make longmemeval", "beam":
              "locomo_plus": "make locomo-plus"}
 MAKE_JUDGE2 = {"locomo": "make judge2", "longmemeval": "make judge2-longmemeval"}
 MAKE_BASELINES = {"locomo": "make baselines", "longmemeval": "make baselines-longmemeval",
-                  "beam": "make baselines-beam"}
+                  "beam": "make baselines-beam", "locomo_plus": "make baselines-locomo-plus"}
 MAKE_ABLATIONS = {"locomo": "make ablations", "longmemeval": "make ablations-longmemeval",
-                  "beam": "make ablations-beam"}
+                  "beam": "make ablations-beam", "locomo_plus": "make ablations-locomo-plus"}
 
 
 class TableError(RuntimeError):
