@@ -46,6 +46,7 @@ REPLIES = [
     ("The prediction is incorrect.", "correct", 1.0),  # the defect: "correct" is found inside "incorrect"
     (API_KEY_ERROR, "correct", 1.0),  # how the committed outputs scored 2,240 of 2,240
     ("This is wrong, it only partially matches.", "wrong", 0.0),
+    ("Wrong: the correct answer is Paris.", "correct", 1.0),  # "correct" is looked for first
     ("Partially right.", "partial", 0.5),
     ("I cannot judge this.", "", 0.0),
     ('{"label": 1, "reason": "not a string"}', "", 0.0),  # .strip() on an int: the fallback finds nothing
