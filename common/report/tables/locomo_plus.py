@@ -55,7 +55,11 @@ def recount(run: RunData, judge: str) -> dict[str, dict[str, Any]]:
             block = stored[v]["overall"] if c == "overall" else stored[v]["by_category"].get(c)
             kept = (block or {}).get("score")
             # metrics.json keeps 4 decimals of the mean: equal within that rounding.
-            if (kept is None) != (value is None) or (value is not None and abs(float(kept) - value) > 6e-5):
+            if kept is None or value is None:
+                differs = (kept is None) != (value is None)
+            else:
+                differs = abs(float(kept) - value) > 6e-5
+            if differs:
                 where = "overall" if c == "overall" else f"by_category.{c}"
                 raise InconsistentRun(f"{run.metrics_path}: judges.{judge}.variants.{v}.{where}.score is {kept} but "
                                       f"the gold and judge files give {value}; rerun 09_aggregate")
@@ -134,7 +138,7 @@ def locomo_plus_figure(ctx: Any) -> tuple[Figure, list[dict[str, Any]]]:
         raise MissingRun(f"{ctx.results / BENCHMARK}: no LoCoMo-Plus run (no <run>/metrics.json); create one with "
                          f"`{MAKE}`")
     groups = [*CATEGORIES, "overall"]
-    series = []
+    series: list[dict[str, Any]] = []
     for run in found:
         for j in run.judge_names():
             recount(run, j)
