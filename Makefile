@@ -78,7 +78,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
 #: RUN               the run's name: results/<benchmark>/<RUN>/ (default: run.name of the config, paper)
 #: MEMORIES          only these memories: LoCoMo conversation ids, LongMemEval question ids (comma-separated)
-#: LIMIT             the first N questions of each memory (LoCoMo: per conversation)
+#: LIMIT             the first N questions of each memory (LoCoMo: per conversation; BEAM per chat and LoCoMo-Plus in all: drawn across categories)
 #: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
 #: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
 #: FORCE             FORCE=1: redo the stages instead of resuming (cached calls are not paid again)

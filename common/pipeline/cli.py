@@ -18,7 +18,8 @@ def parse(doc: str, benchmark: str) -> tuple[Config, argparse.Namespace]:
     p.add_argument("--limit", type=int, default=None,
                    help="data.question_limit: first N questions of each memory (LoCoMo: per conversation; "
                         "LongMemEval, one question per memory: the first N questions of the file; BEAM: N "
-                        "questions of each chat drawn across its abilities, seeded); 0 runs nothing")
+                        "questions of each chat drawn across its abilities, seeded; LoCoMo-Plus: N questions in all, "
+                        "drawn across its six categories); 0 runs nothing")
     p.add_argument("--memories", "--conversations", dest="memories", default=None,
                    help="data.memories: comma-separated memory ids (LoCoMo conversation ids, LongMemEval question ids)")
     p.add_argument("--run", default=None, help="run name (run.name): results/<benchmark>/<run>/")
