@@ -164,3 +164,25 @@ def test_make_data_locomo_plus_checks_the_sha256(tmp_path):
         ok = subprocess.run(["make", "-s", "data-locomo-plus"], cwd=work, env=env, capture_output=True, text=True)
         assert ok.returncode == 0, ok.stderr
         assert (work / "data" / "locomo_plus.json").read_bytes() == release.read_bytes()
+
+
+@pytest.mark.cluster  # a local Ray cluster started by the run: make test-slow
+def test_make_locomo_plus_on_ray_reruns_free_and_scores_as_the_local_engine(tmp_path, fake_server):
+    """EXECUTOR=ray: one task per memory (stitched memories share sessions across tasks), a rerun with
+    no request, and the same scores as the local engine."""
+    env = _env(fake_server)
+    scores = {}
+    for executor in ("ray", "local"):
+        sets = _sets(tmp_path / executor, fake_server, **{"run.name": executor})
+        cmd = ["make", "-s", "locomo-plus", f"PY={sys.executable}", "LIMIT=8", f"EXECUTOR={executor}",
+               f"SET={' '.join(sets)}"]
+        first = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        assert first.returncode == 0, first.stderr[-2000:]
+        if executor == "ray":
+            paid = fake_server.request_count
+            again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+            assert again.returncode == 0 and fake_server.request_count == paid, again.stderr[-2000:]
+        metrics = json.loads((tmp_path / executor / "results" / "locomo_plus" / executor / "metrics.json").read_text())
+        block = metrics["judges"]["gpt-4o-mini"]["variants"]["official"]
+        scores[executor] = {c: s["score"] for c, s in block["by_category"].items()}
+    assert scores["ray"] == scores["local"]
