@@ -180,7 +180,9 @@ def judge_locomo_plus(client: LLMClient, name: str, answer: AnswerRow, gold: Gol
         empty = answer.answer is not None
         row.error = f"no_answer: {answer.error or ('empty_answer' if empty else 'answer stage failed')}"
         return row
-    text = judge_prompt(gold.question_type, str(gold.details.get("judge_evidence", "")), pred, gold.answer)
+    # build_output_record: a blank answer is no answer ("").
+    reference = gold.answer if gold.answer.strip() else ""
+    text = judge_prompt(gold.question_type, str(gold.details.get("judge_evidence", "")), pred, reference)
     kw: dict[str, Any] = {"repeat": repeat} if repeat else {}  # run 0 is the same request as before
     try:
         c = client.complete("judge", [{"role": "user", "content": text}], prompt_id=pid, **kw)
