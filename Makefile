@@ -27,6 +27,10 @@ REALTALK_CONFIG ?= configs/realtalk.yaml
 REALTALK_URL ?= https://raw.githubusercontent.com/danny911kr/REALTALK/b903e06a9770bf4e5fe9018c3e132889666d3b4a/data
 REALTALK_DATA ?= data/realtalk
 REALTALK_FILES = $(shell awk '$$2 ~ /^Chat_[0-9]+_.*\.json$$/ {print $$2}' configs/datasets.sha256)
+LOCOMO_PLUS_CONFIG ?= configs/locomo_plus.yaml
+# LoCoMo-Plus at its pinned commit (the repository has no licence file; the LoCoMo part is CC BY-NC 4.0).
+LOCOMO_PLUS_URL := https://raw.githubusercontent.com/xjtuleeyf/Locomo-Plus/059f4e3d38f7f1f96765e8e2cb7de3097551bffb/data/locomo_plus.json
+LOCOMO_PLUS_SHA256 := $(call SHA256_OF,locomo_plus.json)
 SIZE    ?=
 BENCH_ARGS ?=
 SUBSET  ?=
@@ -64,6 +68,7 @@ ARGS = --config $(CONFIG) $(if $(RUN),--run $(RUN)) $(if $(LIMIT),--limit $(LIMI
 LME_ARGS = $(subst --config $(CONFIG),--config $(LME_CONFIG),$(ARGS))
 BEAM_ARGS = $(subst --config $(CONFIG),--config $(BEAM_CONFIG),$(ARGS)) $(if $(SIZE),--set data.tier=$(SIZE))
 REALTALK_ARGS = $(subst --config $(CONFIG),--config $(REALTALK_CONFIG),$(ARGS))
+PLUS_ARGS = $(subst --config $(CONFIG),--config $(LOCOMO_PLUS_CONFIG),$(ARGS))
 # The stage ids in order, read from the one declaration of the pipeline (common/pipeline/graph.py).
 STAGES = $(shell $(PY) -m common.pipeline.graph ids)
 # A per-stage target names a stage of the graph, or fails before running anything.
@@ -73,13 +78,14 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
         baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep system-cards data-realtalk realtalk \
-        ablations-realtalk baselines-realtalk
+        ablations-realtalk baselines-realtalk \
+        data-locomo-plus locomo-plus ablations-locomo-plus baselines-locomo-plus
 
 # The variables a user sets, one line each (`make help` prints them under the targets).
 #: CONFIG            the run's YAML config (default configs/locomo.yaml; LongMemEval targets: LME_CONFIG)
 #: RUN               the run's name: results/<benchmark>/<RUN>/ (default: run.name of the config, paper)
 #: MEMORIES          only these memories: LoCoMo conversation ids, LongMemEval question ids (comma-separated)
-#: LIMIT             N questions of each memory drawn across its categories, seeded (LongMemEval: N of the file across question types); SET=data.limit_rule=first: the first N
+#: LIMIT             N questions of each memory drawn across its categories, seeded (LongMemEval: N of the file across question types; LoCoMo-Plus: N in all across its six categories); SET=data.limit_rule=first: the first N
 #: SET               config overrides, SET="key=value key=value" (e.g. SET="method.name=mem0")
 #: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
 #: FORCE             FORCE=1: redo the stages instead of resuming (cached calls are not paid again)
@@ -88,6 +94,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
 #: REALTALK_DIR      the REALTALK folder of the ten chat files (default data/realtalk, made by make data-realtalk)
+#: LOCOMO_PLUS_JSON  the LoCoMo-Plus file (default data/locomo_plus.json, make data-locomo-plus; with LOCOMO_JSON)
 #: OPENAI_API_KEY    the key of OpenAI (or of any endpoint that wants one); from the environment only
 #: OPENAI_BASE_URL   an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp)
 #: PGPASSWORD        the password of a PostgreSQL cache (llm.cache_url); from the environment only
@@ -168,6 +175,22 @@ realtalk-%:  ## one REALTALK stage of the graph, e.g. make realtalk-08_judge
 	$(call check-stage,$*)
 	$(PY) -m REALTALK.$* $(REALTALK_ARGS)
 
+data-locomo-plus: data/locomo_plus.json data/locomo10.json  ## download locomo_plus.json at the pinned commit (and locomo10.json), sha256-checked
+
+data/locomo_plus.json:
+	mkdir -p data
+	curl -fsSL -o $@.part $(LOCOMO_PLUS_URL)
+	echo "$(LOCOMO_PLUS_SHA256)  $@.part" | sha256sum -c -
+	mv $@.part $@
+
+locomo-plus:  ## the full LoCoMo-Plus pipeline 01-09 (LOCOMO_PLUS_CONFIG, RUN, LIMIT=N questions across the six categories, MEMORIES=conv ids, SET, DRY_RUN=1)
+	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LoCoMoPlus.01_preprocess $(PLUS_ARGS) --dry-run; \
+	else $(PY) -m common.pipeline.run_all locomo_plus $(PLUS_ARGS); fi
+
+locomo-plus-%:  ## one LoCoMo-Plus stage of the graph, e.g. make locomo-plus-04_index
+	$(call check-stage,$*)
+	$(PY) -m LoCoMoPlus.$* $(PLUS_ARGS)
+
 longmemeval:  ## the full LongMemEval pipeline 01-09 (LME_CONFIG, RUN, LIMIT=N questions across question types, MEMORIES=question ids, SET, DRY_RUN=1)
 	@set -e; if [ -n "$(DRY_RUN)" ]; then $(PY) -m LongMemEval.01_preprocess $(LME_ARGS) --dry-run; \
 	else $(PY) -m common.pipeline.run_all longmemeval $(LME_ARGS); fi
@@ -222,6 +245,13 @@ ablations-realtalk:  ## REALTALK ablations (every question, or SUBSET=<file>)
 
 baselines-realtalk:  ## the same baselines on REALTALK
 	$(PY) -m common.pipeline.runner baselines --benchmark realtalk $(EXP_ARGS)
+
+
+ablations-locomo-plus:  ## LoCoMo-Plus ablations (SUBSET=<file> or all; LIMIT=N across the six categories)
+	$(PY) -m LoCoMoPlus.10_ablations $(EXP_ARGS)
+
+baselines-locomo-plus:  ## the same baselines on LoCoMo-Plus
+	$(PY) -m common.pipeline.runner baselines --benchmark locomo_plus $(EXP_ARGS)
 
 tables:  ## paper Tables 1,2,3,4,10 and the systems table from the runs that exist [RUN=main run] -> results/tables/ (md, csv, tex, sources.json); no LLM call
 	$(PY) -m common.report.tables $(if $(SUBSET),--subset $(SUBSET)) $(if $(RUN),--run $(RUN)) $(if $(RESULTS),--results $(RESULTS) --out $(RESULTS)/tables)
@@ -348,9 +378,9 @@ docs-serve: docs  ## build the site, then serve site/ on http://127.0.0.1:$(DOCS
 	@echo "the docs site: http://127.0.0.1:$(DOCS_PORT)/ (Ctrl-C stops the server)"
 	$(VENV)/bin/python -m http.server $(DOCS_PORT) --bind 127.0.0.1 --directory site
 
-clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval|beam|realtalk, or all when BENCH is unset (never the LLM cache)
-	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval|beam|realtalk]"; exit 1)
-	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval beam realtalk),results/$(b)/$(RUN))
+clean-run:  ## delete results/<benchmark>/<RUN> for BENCH=locomo|longmemeval|beam|realtalk|locomo_plus, or all when BENCH is unset (never the LLM cache)
+	@test -n "$(RUN)" || (echo "set RUN=<name> [BENCH=locomo|longmemeval|beam|realtalk|locomo_plus]"; exit 1)
+	rm -rf $(foreach b,$(or $(BENCH),locomo longmemeval beam realtalk locomo_plus),results/$(b)/$(RUN))
 
 AUDIT_ARGS = $(foreach s,$(SET),--set $(s)) $(if $(MEMORIES),--set "data.memories=[$(MEMORIES)]") \
              $(if $(LIMIT),--set data.question_limit=$(LIMIT)) $(if $(SETS),--sets $(SETS)) $(if $(DRY_RUN),--dry-run)

@@ -185,7 +185,7 @@ def test_choices_come_from_the_literal_types():
     found = choices()
     assert found["retrieve.mode"] == ("adaptive", "fixed_k", "dense_only")
     assert found["episodes.mode"] == ("theme", "turn", "session")
-    assert found["benchmark"] == ("locomo", "longmemeval", "beam", "realtalk")
+    assert found["benchmark"] == ("locomo", "longmemeval", "beam", "realtalk", "locomo_plus")
     assert set(found) >= {"extract.granularity", "embedding.backend", "llm.cache_mode", "method.name"}
 
 

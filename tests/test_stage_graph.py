@@ -77,11 +77,12 @@ def test_write_scripts_creates_only_missing_scripts(tmp_path):
 
 def test_makefile_reads_the_stage_list_from_the_graph(monkeypatch):
     # The full-pipeline targets run the graph's stages in one process (common.pipeline.run_all)...
-    for target in ("locomo", "longmemeval", "beam"):
+    for target, benchmark in (("locomo", "locomo"), ("longmemeval", "longmemeval"), ("beam", "beam"),
+                              ("locomo-plus", "locomo_plus")):
         out = subprocess.run(["make", "-s", "-n", target, f"PY={sys.executable}"], cwd=REPO, capture_output=True,
                              text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        assert f"-m common.pipeline.run_all {target} " in out.stdout, out.stdout
+        assert f"-m common.pipeline.run_all {benchmark} " in out.stdout, out.stdout
     # ... which takes them, in order, from the graph, for the benchmark it is given.
     from common.pipeline import run_all
 

@@ -12,7 +12,7 @@ from common.core.io import ArtifactError
 from common.systems import registry
 from common.systems.base import PROTOCOL_STAGES, MemorySystem
 from tests import system_digests
-from tests.conftest import REPO, TINY_LOCOMO, rows, run_overrides, run_stages, through_the_gateway
+from tests.conftest import REPO, TINY_LOCOMO, fake_vectors, rows, run_overrides, run_stages, through_the_gateway
 
 # Found without importing it: an import before common.systems.mem0 sets MEM0_TELEMETRY=False would
 # start mem0's telemetry.
@@ -228,6 +228,51 @@ def test_no_system_prompt_depends_on_gold_fields(tmp_path, fake_server, monkeypa
     if name in ("graphiti", "simplemem"):  # through the real gateway only
         fake = (urlparse(fake_server.base_url).hostname, urlparse(fake_server.base_url).port)
         assert ports and set(attempts) <= {fake} | {("127.0.0.1", p) for p in ports}, set(attempts)
+
+
+TINY_PLUS = REPO / "tests" / "fixtures" / "locomo_plus_tiny.json"
+
+
+def _poison_locomo_plus(path, out):
+    """Every gold-side field of the LoCoMo-Plus items (relation type, generation scores and ranks);
+    the cue, trigger and time gap, which build the memory and the question, stay."""
+    items = json.loads(path.read_text())
+    kinds = ["causal", "state", "goal", "value"]
+    for n, item in enumerate(items):
+        item["relation_type"] = kinds[(kinds.index(item["relation_type"]) + 1) % 4]
+        item["model_name"], item["final_similarity_score"] = "POISON-MODEL", -1.0
+        item["scores"], item["ranks"] = {"combined": -1.0, "poison": n}, {"combined": 999}
+    out.write_text(json.dumps(items))
+    return out
+
+
+@pytest.mark.parametrize("name", ["ensimem", "full_context", "rag_turns", "docs example",
+                                  pytest.param("mem0", marks=pytest.mark.skipif(not HAVE_MEM0,
+                                                                               reason="mem0ai not installed"))])
+def test_no_locomo_plus_request_depends_on_gold_fields(tmp_path, fake_server, monkeypatch, name):
+    """LoCoMo-Plus as LoCoMo: its items' gold side and the LoCoMo file's answers, evidence and
+    categories poisoned, stages 01-07 send byte-identical requests (the category never reaches them)."""
+    if name == "docs example":
+        name = docs_example(tmp_path, monkeypatch)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    clean = (TINY_PLUS, TINY_LOCOMO)
+    poisoned = (_poison_locomo_plus(TINY_PLUS, tmp_path / "plus.json"),
+                _poison_locomo(TINY_LOCOMO, tmp_path / "locomo.json"))
+    sent = []
+    for label, (plus, locomo) in (("clean", clean), ("poisoned", poisoned)):
+        start = len(fake_server.requests)
+        # One memory at a time: stitched memories share sessions, so memories ingested side by side
+        # race for the same cache entries and the requests that reach the server vary in number.
+        sets = run_overrides(tmp_path / label, plus, **fake_vectors(fake_server.base_url),
+                             **{"method.name": name, "data.stitch.locomo_path": str(locomo),
+                                "systems.ingest_concurrency": 1})
+        run_stages("configs/locomo_plus.yaml", sets, ["preprocess", "episodes", "extract", "index", "plan",
+                                                      "retrieve", "answer"])
+        sent.append(sorted(json.dumps(b, sort_keys=True) for b in fake_server.requests[start:]
+                           if b.get("input") != ["dimension probe"]))
+    assert sent[0] and sent[0] == sent[1], f"a gold field changed what {name} sent to the model on LoCoMo-Plus"
+    text = json.dumps(sent[1])
+    assert "POISON" not in text and "Cognitive" not in text and "relation_type" not in text
 
 
 def test_only_the_oracle_declares_gold_access():

@@ -147,9 +147,9 @@ class _RealtalkAdapter(FileAdapter):
     def is_scored(self, gold: Gold) -> bool:
         return True  # all three categories are scored (evaluate_memory.py skips only LoCoMo's 4 and 5)
 
-    def notes(self, data: BenchmarkData) -> list[str]:
+    def notes(self, data: BenchmarkData) -> dict[str, str]:
         """What 01_preprocess says (and records in its manifest) about the selected questions."""
-        return [realtalk_errata.summary(data.gold)]
+        return {"data_quirks": realtalk_errata.summary(data.gold)}
 
 
 ADAPTER = _RealtalkAdapter()

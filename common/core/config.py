@@ -98,6 +98,26 @@ class PromptsConfig:
 
 
 @dataclass(frozen=True)
+class StitchConfig:
+    """LoCoMo-Plus: how each Cognitive item is stitched into its LoCoMo conversation
+    (common.benchmarks.locomo_plus_stitch; the defaults are the official code's)."""
+
+    # The LoCoMo file stitched into; None: $LOCOMO_JSON, else locomo10.json beside the LoCoMo-Plus
+    # file, else data/locomo10.json.
+    locomo_path: Optional[str] = None
+    # round_robin: item i with conversation i mod 10 (unified_input.py, the evaluation's input);
+    # random: build_conv.py's random.choice, unseeded there, seeded here with ``seed``.
+    pairing: Literal["round_robin", "random"] = "round_robin"
+    seed: int = 42
+    # official: build_conv.parse_time_gap ("several months later" matches nothing: 0 days);
+    # extended: also "a couple of" (2), "a few" and "several" (3), and days.
+    time_gaps: Literal["official", "extended"] = "official"
+    # official: the stitched memory as the official dialogue is sent, no dates and no images;
+    # dated: the LoCoMo sessions as they are, the cue and the question dated.
+    context: Literal["official", "dated"] = "official"
+
+
+@dataclass(frozen=True)
 class DataConfig:
     path: Optional[str] = None  # raw benchmark file; else $<env>; else the default download
     env: str = "LOCOMO_JSON"
@@ -119,6 +139,7 @@ class DataConfig:
     # A bundled sample that is no benchmark release (the demo's synthetic conversation): its name.
     # Recorded as such in metrics.json instead of being compared with the official release.
     sample: Optional[str] = None
+    stitch: StitchConfig = field(default_factory=StitchConfig)  # LoCoMo-Plus only
 
 
 # Roles never sent as a batch: plan, bridge and answer are timed as the paper's online cost (Table 3);
@@ -542,6 +563,15 @@ class ScoreConfig:
     # seed, as the official client sends them (harness: temperature 0, seed 42).
     realtalk_gpt_score_model: Literal["judge", "answer"] = "judge"
     realtalk_sampling: Literal["harness", "official"] = "harness"
+    # LoCoMo-Plus (common.evaluation.locomo_plus): the headline reading of the judge's reply. official:
+    # llm_as_judge._parse_judge_response, whose fallback for a reply that is not JSON looks for
+    # "correct" before "wrong" (so "incorrect" is correct); strict: JSON only, anything else a
+    # counted failure. Both are read from the same replies and reported.
+    locomo_plus_parser: Literal["official", "strict"] = "official"
+    # LoCoMo-Plus: a failed answer call. zero (the harness's rule): no judge call, the question scores 0
+    # and is counted (no_answer). official: as utils.call_llm, its error text "[API Error: ...]" (and
+    # "(empty)" for an empty reply) is judged as the answer.
+    locomo_plus_error_answers: Literal["zero", "official"] = "zero"
 
 
 @dataclass(frozen=True)
@@ -587,7 +617,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Config:
-    benchmark: Literal["locomo", "longmemeval", "beam", "realtalk"] = "locomo"
+    benchmark: Literal["locomo", "longmemeval", "beam", "realtalk", "locomo_plus"] = "locomo"
     data: DataConfig = field(default_factory=DataConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)

@@ -137,6 +137,10 @@ def run_components(cfg: Config, dataset_sha256: str) -> dict[str, Any]:
         **({"parity": {"buffer_tokens": cfg.systems.buffer_tokens}} if cfg.systems.buffer_tokens else {}),
         # systems.protocol: native changes what every outside system does; only when set, as parity.
         **({"systems_protocol": cfg.systems.protocol} if cfg.systems.protocol != "common" else {}),
+        # LoCoMo-Plus: how the Cognitive items are stitched changes the memories (data.stitch; the
+        # LoCoMo file itself is in dataset_sha256).
+        **({"stitch": {k: v for k, v in dataclasses.asdict(cfg.data.stitch).items() if k != "locomo_path"}}
+           if str(cfg.benchmark) == "locomo_plus" else {}),
     }
 
 
@@ -151,13 +155,15 @@ def _method_section(cfg: Config, section: str) -> dict[str, Any]:
 
 
 def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
-    beam = str(cfg.benchmark) == "beam"
+    beam, plus = str(cfg.benchmark) == "beam", str(cfg.benchmark) == "locomo_plus"
     realtalk = str(cfg.benchmark) == "realtalk"
     prompts = {k: v for k, v in _prompt_hashes(judge=True).items()
                if k == cfg.judge.prompt
-               or (cfg.judge.prompt == "official" and k.startswith("judge_lme_") and not k.startswith(AUTHORS_PREFIX))
+               or (cfg.judge.prompt == "official" and k.startswith("judge_lme_") and not k.startswith(AUTHORS_PREFIX)
+                   and not plus)
                or (cfg.judge.prompt == "authors" and k.startswith(AUTHORS_PREFIX))
-               or (beam and k.startswith("judge_beam_")) or (realtalk and k.startswith("judge_realtalk_"))}
+               or (beam and k.startswith("judge_beam_")) or (realtalk and k.startswith("judge_realtalk_"))
+               or (plus and k.startswith("judge_locomo_plus_"))}
     out: dict[str, Any] = {"run": run_fp, "judge_role": _role(cfg, "judge"), "judge_prompt": cfg.judge.prompt,
            "judge_prompts": prompts, "scoring_policy": policy}
     if cfg.judge.runs != 1:  # only then: single-run fingerprints made before judge.runs stay valid
@@ -171,6 +177,9 @@ def judge_components(cfg: Config, run_fp: str, policy: str) -> dict[str, Any]:
         out["gpt_score_role"] = _role(cfg, "gpt_score")
         out["realtalk_scoring"] = {"gpt_score_model": cfg.score.realtalk_gpt_score_model,
                                    "sampling": cfg.score.realtalk_sampling}
+    if plus:  # common.evaluation.locomo_plus: the headline parser and the failed-answer rule
+        out["locomo_plus_scoring"] = {"parser": cfg.score.locomo_plus_parser,
+                                      "error_answers": cfg.score.locomo_plus_error_answers}
     return out
 
 

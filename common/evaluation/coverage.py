@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 # The full benchmark sizes a complete run must cover (spec/benchmarks.md).
-EXPECTED_SCORED = {"locomo": 1540, "longmemeval": 500, "realtalk": 728}
+# LoCoMo-Plus: 1,986 + 401 Cognitive.
+EXPECTED_SCORED = {"locomo": 1540, "longmemeval": 500, "realtalk": 728, "locomo_plus": 2387}
 
 
 @dataclass(frozen=True)

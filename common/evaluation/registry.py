@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common.core.schema import Gold
-from common.evaluation import beam, locomo, longmemeval, realtalk
+from common.evaluation import beam, locomo, locomo_plus, longmemeval, realtalk
 
 
 class Evaluator(Protocol):
@@ -23,13 +23,15 @@ class Evaluator(Protocol):
 
 
 EVALUATORS: dict[str, Evaluator] = {"locomo": locomo, "longmemeval": longmemeval, "beam": beam.Beam(),
-                                    "realtalk": realtalk.Realtalk()}
+                                    "realtalk": realtalk.Realtalk(), "locomo_plus": locomo_plus.LocomoPlus()}
 
 
 def evaluator(name: str, cfg: Any = None) -> Evaluator:
-    """The evaluator of benchmark ``name``; with ``cfg``, BEAM's carries the run's ``score.beam_*`` switches."""
+    """The evaluator of benchmark ``name``; with ``cfg``, BEAM's and LoCoMo-Plus's carry the run's scoring switches."""
     if name == "beam" and cfg is not None:
         return beam.Beam(beam.options(cfg))
+    if name == "locomo_plus" and cfg is not None:
+        return locomo_plus.LocomoPlus(locomo_plus.options(cfg))
     try:
         return EVALUATORS[name]
     except KeyError:

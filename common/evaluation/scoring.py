@@ -50,6 +50,9 @@ POLICIES = {
                 "count wrong in strict accuracy, excluded in clean",
     "beam": "BEAM all probing questions scored; official rubric judge (one call per item, event ordering "
             "by LLM alignment and tau_norm), mean over chats per ability; failures count 0",
+    "locomo_plus": "LoCoMo-Plus all six categories scored (adversarial and Cognitive without a gold answer); "
+                   "official judge prompts per category, correct 1 / partial 0.5 / wrong 0, mean over questions; "
+                   "failures count 0",
 }
 
 

@@ -557,7 +557,7 @@ def table10(primary_by_category: Mapping[str, float], secondary_by_category: Map
 
 # ----------------------------------------------------------------------------- fractional scores
 def score_with_ci(values: Sequence[Optional[float]], clusters: Sequence[Any], *, n_resamples: int = 10_000,
-                  seed: int = 42, confidence: float = 0.95) -> dict[str, Any]:
+                  seed: int = 42, confidence: float = 0.95, pooled: bool = False) -> dict[str, Any]:
     """Fractional per-question scores in [0, 1] (a rubric score, a normalised tau) with their sums.
 
     Failures (None) count 0, as strict accuracy counts them wrong. The reported number is the
@@ -567,6 +567,7 @@ def score_with_ci(values: Sequence[Optional[float]], clusters: Sequence[Any], *,
     CIs: ``ci`` is the question bootstrap (BCa) of the pooled mean; ``ci_cluster`` resamples whole
     clusters and recomputes the mean of cluster means, i.e. the bootstrap of the cluster means
     (BCa, or a point interval when they are all equal; undefined with fewer than two clusters).
+    ``pooled``: a number reported as the pooled mean (LoCoMo-Plus's) gets the cluster CI of that mean.
     """
     if len(clusters) != len(values):
         raise ValueError(f"one cluster per score needed, got {len(clusters)} clusters for {len(values)} scores")
@@ -587,6 +588,8 @@ def score_with_ci(values: Sequence[Optional[float]], clusters: Sequence[Any], *,
                  "n_resamples": n_resamples, "seed": seed}
     if means.size < MIN_CLUSTERS:
         clow, chigh, method = None, None, f"undefined with fewer than {MIN_CLUSTERS} clusters"
+    elif pooled:  # whole clusters resampled, the pooled mean of their questions recomputed
+        clow, chigh, method = _cluster_bootstrap(strict, list(clusters), n_resamples, seed, confidence)
     else:
         clow, chigh = _bootstrap_mean(means, n_resamples, seed, confidence)
         method = "cluster bootstrap BCa of the mean of cluster means (resampling clusters)"

@@ -27,7 +27,8 @@ def arguments(doc: str, benchmark: str, argv: Optional[list[str]] = None) -> arg
     p.add_argument("--limit", type=int, default=None,
                    help="data.question_limit: N questions of each memory, drawn across its categories (seeded; "
                         "LoCoMo: per conversation; LongMemEval, one question per memory: N questions of the file "
-                        "across question types; BEAM: N of each chat across abilities); data.limit_rule=first "
+                        "across question types; BEAM: N of each chat across abilities; LoCoMo-Plus: N questions "
+                        "in all across its six categories); data.limit_rule=first "
                         "takes the first N in file order; 0 runs nothing")
     p.add_argument("--memories", "--conversations", dest="memories", default=None,
                    help="data.memories: comma-separated memory ids (LoCoMo conversation ids, LongMemEval question ids)")

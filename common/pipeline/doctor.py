@@ -64,7 +64,9 @@ PROBE_SCHEMA = {"type": "json_schema", "json_schema": {"name": "probe", "strict"
 JSON_ROLES = {"locomo": ("partition", "extract", "plan", "bridge", "judge"),
               "longmemeval": ("partition", "extract", "plan", "bridge"),
               "beam": ("partition", "extract", "plan", "bridge"),
-              "realtalk": ("partition", "extract", "plan", "bridge", "judge", "gpt_score")}
+              "realtalk": ("partition", "extract", "plan", "bridge", "judge", "gpt_score"),
+
+              "locomo_plus": ("partition", "extract", "plan", "bridge")}
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 # What a probe call may raise: the SDK's errors, and a 200 whose body is not a chat completion
 # (cut-off JSON, no choices).

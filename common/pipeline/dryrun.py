@@ -28,7 +28,7 @@ from common.core.config import ONLINE_ROLES, ROLE_PARENT, ROLES, Config, ConfigE
 from common.core.io import read_jsonl
 from common.core.schema import Plan
 from common.core.tokens import count_tokens
-from common.evaluation import audited, beam, realtalk
+from common.evaluation import audited, beam, locomo_plus, realtalk
 from common.evaluation.judge import judge_messages
 from common.evaluation.judge_lme import judge_messages as lme_messages
 from common.evaluation.judge_lme import judge_template
@@ -288,6 +288,8 @@ def estimate(cfg: Config) -> dict[str, Any]:
         if cfg.benchmark == "realtalk":
             gpt_in = sum(_tok(realtalk.gpt_messages(q_by[g.qid].question, g.answer, answer_text)) for g in scored)
         tin = sum(_tok(judge_messages(cfg.judge.prompt, q_by[g.qid].question, g.answer, answer_text)) for g in scored)
+    elif str(cfg.benchmark) == "locomo_plus":  # one call per question, its category's prompt and evidence
+        tin = locomo_plus.judge_prompt_tokens(scored, answer_text, count_tokens)
     elif str(cfg.benchmark) == "beam":  # one call per rubric item plus the event-ordering alignment calls
         opts = beam.options(cfg)
         beam_calls = beam.judge_calls(scored, opts.fill_question)

@@ -153,14 +153,15 @@ def _stale(row: dict, key: str, current: dict[str, str]) -> bool:
 def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn: Callable[[Any], str],
                work: Callable[[Any], Any], role: str | None, inputs: list[Path], failed: Callable[[Any], bool],
                redo_failed: bool = True, digest_fn: Callable[[Any], str] | None = None,
-               extra: dict[str, Any] | None = None) -> list[dict]:
+               extra: dict[str, Any] | None = None, order: list[str] | None = None) -> list[dict]:
     """Shared loop of the row stages: resume, map concurrently, write as completed, manifest.
 
     Rows that failed in an earlier invocation are done again (their successful calls come from
     the cache, so only the failed calls are paid for); ``redo_failed=False`` keeps them. With
     ``digest_fn``, each row records the digest of its input and a row whose input has changed
     since (an upstream row was redone) is done again too. ``role=None``: a stage that makes no
-    LLM call this time (06 without bridges) runs its items one after the other.
+    LLM call this time (06 without bridges) runs its items one after the other. ``order``: the keys the
+    file keeps, in order (default: the items'); rows of other keys are dropped.
     """
     started = time.time()
     client = run.client((role,)) if role else None
@@ -185,7 +186,7 @@ def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn:
             written += 1
             run.at = (name, written, len(items))
     finally:
-        rows = writer.close(order=[key_fn(i) for i in items])
+        rows = writer.close(order=order if order is not None else [key_fn(i) for i in items])
     n_failed = sum(1 for r in rows if failed(r))
     llm = client.summary().get(role, {}) if client and role else {}
     manifest(run, name, inputs=inputs, outputs=[out], rows=len(rows), started=started,
@@ -288,7 +289,10 @@ def run_rows_deduplicated(run: Run, name: str, out: Path, key: str, items: list[
     """
     started = time.time()
     reps = [i for i in items if rep_of[key_fn(i)] is i]
-    run_rows(run, name, out, key, reps, key_fn, work, role, inputs, failed, digest_fn=digest_fn)
+    # The duplicates' rows stay in the file through the first pass (a failed or stale one is still
+    # dropped and redone), so a finished stage rerun serves none of them again, not even from the cache.
+    run_rows(run, name, out, key, reps, key_fn, work, role, inputs, failed, digest_fn=digest_fn,
+             order=[key_fn(i) for i in items])
     if len(reps) < len(items):
         # The first pass already retried failed representatives; do not pay for them twice.
         run_rows(run, name, out, key, items, key_fn, lambda i: rebase(work(rep_of[key_fn(i)]), i),

@@ -51,7 +51,7 @@ FIXED = ("qid", "benchmark", "memory_id", "category", "scored", "question", "que
 TAIL = ("evidence_ids", "episode_ids", "buffer_tokens", "calls", "paid_calls", "cost_usd")
 JUDGE_FIELDS = ("label", "labels", "score", "judge_model", "error")
 # A rubric judge's per-question scores (common.evaluation.beam.VARIANTS): exported beside the label.
-SCORE_VARIANTS = ("official", "float", "filled", "corrected")
+SCORE_VARIANTS = ("official", "float", "filled", "corrected", "strict")  # strict: LoCoMo-Plus's JSON-only reading
 
 
 def _by_qid(path: Path) -> dict[str, dict[str, Any]]:
@@ -187,7 +187,7 @@ def export_run(run_dir: Path, out_dir: Optional[Path] = None) -> dict[str, Path]
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m common.pipeline.export", description=(__doc__ or "").split("\n")[0])
     p.add_argument("run", help="a run directory, or a run name under results/<benchmark>/")
-    p.add_argument("--benchmark", choices=("locomo", "longmemeval", "beam", "realtalk"), default=None,
+    p.add_argument("--benchmark", choices=("locomo", "longmemeval", "beam", "realtalk", "locomo_plus"), default=None,
                    help="where to look for a run name (default: whichever has it)")
     p.add_argument("--results", type=Path, default=Path("results"), help="results root (default results)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default <run>/export)")

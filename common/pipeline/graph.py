@@ -123,7 +123,9 @@ def llm_stages(stages: tuple[Stage, ...] = STAGES) -> list[Stage]:
 
 
 BENCHMARKS = {"LoCoMo": ("locomo", "configs/locomo.yaml"), "LongMemEval": ("longmemeval", "configs/longmemeval.yaml"),
-              "BEAM": ("beam", "configs/beam.yaml"), "REALTALK": ("realtalk", "configs/realtalk.yaml")}
+              "BEAM": ("beam", "configs/beam.yaml"), "REALTALK": ("realtalk", "configs/realtalk.yaml"),
+
+              "LoCoMoPlus": ("locomo_plus", "configs/locomo_plus.yaml")}
 
 
 def script_header(stage: Stage, folder: str) -> str:

@@ -89,21 +89,24 @@ def preprocess(run: Run) -> None:
     (run.dir / "config.resolved.yaml").write_text(to_yaml(run.cfg), encoding="utf-8")
     n_turns = sum(len(s.turns) for s in data.sessions)
     selection = _selection(run, data.gold)
-    notes: list[str] = getattr(adapter(run.cfg.benchmark), "notes", lambda d: [])(data)  # REALTALK: its quirks
+    # What the adapter says about the data it built, recorded and printed: named notes (LoCoMo-Plus: the
+    # stitching's counts; REALTALK: its data quirks), each a sentence or a mapping of counts.
+    describe = getattr(adapter(run.cfg.benchmark), "notes", None)
+    notes: dict[str, Any] = describe(data) if describe is not None else {}
     manifest(run, ID["preprocess"], inputs=[src], outputs=outs, rows=len(data.questions),
                    started=started, extra={"source": str(src), "fingerprint": run_fp,
                                            "subset": str(subset.path) if subset else None,
                                            "memories": len({s.memory_id for s in data.sessions}),
                                            "sessions": len(data.sessions), "turns": n_turns,
-                                           **({"selection": selection} if selection else {}),
-                                           **({"notes": notes} if notes else {})})
+                                           **({"selection": selection} if selection else {}), **notes})
     print(f"{ID['preprocess']}: {len({s.memory_id for s in data.sessions})} memories, {len(data.sessions)} sessions, "
           f"{n_turns} turns, {len(data.questions)} questions -> {run.dir}", flush=True)
     if selection:
         print(f"{ID['preprocess']}: LIMIT={selection['question_limit']}: {selection['rule']}; by category: "
               + ", ".join(f"{c} {n}" for c, n in selection["by_category"].items()), flush=True)
-    for note in notes:
-        print(f"{ID['preprocess']}: {note}", flush=True)
+    for name, note in notes.items():
+        text = ", ".join(f"{k} {v}" for k, v in note.items()) if isinstance(note, dict) else str(note)
+        print(f"{ID['preprocess']}: {name}: {text}", flush=True)
 
 
 def _selection(run: Run, gold: list[Gold]) -> dict[str, Any]:
@@ -523,7 +526,9 @@ def judge(run: Run) -> None:
                                         + ([fixed[a.qid]] if a.qid in fixed else [])
                                         # BEAM: the rubric and the scoring switches enter every judgment
                                         + ([gold[a.qid].rubric, repr(getattr(scorer, "opts", None))]
-                                           if gold[a.qid].rubric else [])))
+                                           if gold[a.qid].rubric else [])
+                                        # a scorer whose judgment reads more of the gold (LoCoMo-Plus's evidence)
+                                        + (scorer.digest(gold[a.qid]) if hasattr(scorer, "digest") else [])))
 
 
 # ----------------------------------------------------------------------------- 09

@@ -34,6 +34,7 @@ from common.core.config import ConfigError
 from common.report import run_figures
 from common.report.tables.beam import beam_figure, beam_runs, question_set_warnings
 from common.report.tables.command import cli
+from common.report.tables.locomo_plus import locomo_plus_figure
 from common.report.tables.published import NOT_REPORTED, comparable, number
 from common.report.tables.realtalk import realtalk_figure
 from common.report.tables.runs import (
@@ -240,6 +241,12 @@ def _series_writer(name: str, build: Callable[[Context], tuple[Figure, list[dict
     return run
 
 
+def _write_locomo_plus(ctx: Context, out: Path, meta: dict[str, Any]) -> list[Path]:
+    """figure_locomo_plus: LoCoMo-Plus per category, both parser readings (common.report.tables.locomo_plus)."""
+    fig, series = locomo_plus_figure(ctx)
+    return run_figures.save("figure_locomo_plus", fig, {"series": series}, out, meta)
+
+
 def write(name: str, fig: Figure, panels: list[Panel], out: Path, meta: dict[str, Any]) -> list[Path]:
     """PNG + PDF (no timestamps, so reruns give the same PDF) and the sources sidecar."""
     out.mkdir(parents=True, exist_ok=True)
@@ -291,7 +298,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                          **{f: _writer(f, b) for f, b in BUILDERS.items()},
                          "beam": _series_writer("figure_beam", beam_figure,
                                                 lambda ctx: question_set_warnings(beam_runs(ctx.results))),
-                         "realtalk": _series_writer("figure_realtalk", realtalk_figure)})
+                         "realtalk": _series_writer("figure_realtalk", realtalk_figure),
+                         "locomo_plus": _write_locomo_plus})
 
 
 if __name__ == "__main__":

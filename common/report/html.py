@@ -264,11 +264,14 @@ def _score_cell(name: str, score: Any, summary: dict[str, Any]) -> dict[str, Any
 
 def _accuracy_cells(metrics: dict[str, Any], judge: str, benchmark: str) -> list[dict[str, Any]]:
     block = metrics.get("judges", {}).get(judge, {})
-    if "variants" in block:  # BEAM: the headline scoring variant, per ability (common.evaluation.beam)
+    if "variants" in block:  # BEAM, LoCoMo-Plus: the headline scoring variant, per ability or category
         head = block["variants"].get(block.get("headline") or "official") or {}
-        cells = [_score_cell(a, (head.get("by_ability") or {})[a].get("score"), head["by_ability"][a])
-                 for a in adapter(benchmark).categories if a in (head.get("by_ability") or {})]
-        if head.get("questions"):
+        groups = head.get("by_ability") or head.get("by_category") or {}
+        cells = [_score_cell(a, groups[a].get("score"), groups[a])
+                 for a in adapter(benchmark).categories if a in groups]
+        if isinstance(head.get("overall"), dict):  # LoCoMo-Plus: the official mean over all questions
+            cells.append(_score_cell("overall", head["overall"].get("score"), head["overall"]))
+        elif head.get("questions"):
             cells.append(_score_cell("overall", head.get("overall"), head["questions"]))
         return cells
     groups = block.get("by_category") or block.get("by_type") or {}
@@ -360,8 +363,8 @@ def build(run_dir: str | Path, other: Optional[str | Path] = None, judge: Option
         "run": metrics.get("run") or run_dir.name, "run_dir": str(run_dir), "benchmark": benchmark,
         "method": (metrics.get("method") or {}).get("label") or "method not recorded (aggregate the run again)",
         "judge": chosen, "judges": judges, "judge_model": judge_block.get("judge_model"),
-        "category_label": {"locomo": "Category", "beam": "Ability", "realtalk": "Category"}.get(benchmark,
-                                                                                               "Question type"),
+        "category_label": {"locomo": "Category", "beam": "Ability", "realtalk": "Category",
+                           "locomo_plus": "Category"}.get(benchmark, "Question type"),
         # no_buffer (no retrieval row: an imported run) only where some question has it: a 0 beside a
         # memory system's empty_buffer count read as a contradiction (an empty buffer is a retrieval row).
         "classes": [c for c in CLASSES if c != "no_buffer" or (loss.get("overall") or {}).get("counts", {}).get(c)],

@@ -24,13 +24,15 @@ from matplotlib.figure import Figure
 
 from common.benchmarks.registry import adapter
 from common.evaluation import beam
+from common.report.tables import locomo_plus as plus_table
 from common.report.tables.beam import recount
 from common.report.tables.published import NOT_REPORTED, canonical_model, comparable, number
 from common.report.tables.runs import Context, MissingRun, RunData, ci_bounds, differing_question_sets, measured
 from common.report.tables.systems import BENCHMARKS, finished_runs, spent
 
 MEASURED_COLOR, PARTIAL_COLOR, PAPER_COLOR = "#4C72B0", "#DD8452", "#9E9E9E"
-GROUP_NAME = {"locomo": "category", "longmemeval": "question type", "beam": "ability", "realtalk": "category"}
+GROUP_NAME = {"locomo": "category", "longmemeval": "question type", "beam": "ability", "realtalk": "category",
+              "locomo_plus": "category"}
 # The paper's accuracy table of each benchmark (configs/published.yaml) and its own method's rows in it:
 # the main figure draws that row beside the measured bars. BEAM: the paper ran none.
 PUBLISHED_TABLE = {"locomo": "table1", "longmemeval": "table2"}
@@ -63,6 +65,19 @@ def _groups(ctx: Context, run: RunData, judge: str) -> list[dict[str, Any]]:
                         "source": {"run_dir": str(run.dir), "metric": f"judges.{judge}.variants."
                                    f"{block.get('headline') or 'official'}.by_ability.{a}", "n": s.get("n"),
                                    "files": run.files("gold", judges=[judge])}})
+        return out
+    if run.benchmark == "locomo_plus":  # the headline parser's mean score, recounted first
+        plus_table.recount(run, judge)
+        block = run.metrics["judges"][judge]
+        head = block["variants"][block.get("headline") or "official"]
+        for g in [*adapter(run.benchmark).categories, None]:
+            s = head["overall"] if g is None else head["by_category"].get(g)
+            if s:
+                out.append({"group": g or "overall", "value": s.get("score"), "kn": f"{s['sum']:g}/{s['n']}",
+                            "ci": ci_bounds(s.get("ci_cluster") or s.get("ci")),
+                            "source": {"run_dir": str(run.dir), "metric": f"judges.{judge}.variants."
+                                       f"{block.get('headline')}." + (f"by_category.{g}" if g else "overall"),
+                                       "n": s.get("n"), "files": run.files("gold", judges=[judge])}})
         return out
     for g in [*adapter(run.benchmark).categories, None]:
         m = measured(run, judge, g)
@@ -126,7 +141,7 @@ def main_figure(ctx: Context, benchmark: str) -> tuple[Figure, dict[str, Any]]:
                     va="bottom", fontsize=6)
     ax.set_xticks(range(len(groups)), [g["group"] for g in groups], fontsize=7, rotation=20, ha="right")
     ax.set_ylim(0, 108)
-    ax.set_ylabel("Accuracy (%)" if benchmark != "beam" else "Score (%)")
+    ax.set_ylabel("Accuracy (%)" if benchmark not in ("beam", "locomo_plus") else "Score (%)")
     title = [f"{benchmark}: run {run.name} per {GROUP_NAME.get(benchmark, 'group')}{_title_mark(run)}"]
     if benchmark in ctx.unnamed:  # nobody named the main run: say which was taken, in the figure itself
         title.append(f"{run.name} was taken as the newest run (RUN= names the main run)")
@@ -148,7 +163,7 @@ def main_figure(ctx: Context, benchmark: str) -> tuple[Figure, dict[str, Any]]:
 def _point(ctx: Context, run: RunData) -> dict[str, Any]:
     """One run's point: overall accuracy (recounted) with its CI, tokens and dollars per question."""
     judge = judge_of(ctx, run)
-    m = measured(run, judge)
+    m = plus_table.measured_score(run, judge) if run.benchmark == "locomo_plus" else measured(run, judge)
     cost = spent(run)
     system = (run.metrics.get("method") or {}).get("name") if isinstance(run.metrics.get("method"), dict) else None
     qs, n = run.question_set

@@ -27,6 +27,7 @@ from common.core.config import load_config, resolve_path
 from common.pipeline import experiments as exp_mod
 from common.pipeline import ray_executor
 from common.report.tables.beam import beam_table
+from common.report.tables.locomo_plus import locomo_plus_table
 from common.report.tables.published import DEFAULT_PUBLISHED, load_published
 from common.report.tables.realtalk import realtalk_table
 from common.report.tables.runs import Context
@@ -34,7 +35,7 @@ from common.report.tables.systems import systems_table
 from common.report.tables.writers import markdown
 
 CONFIGS = {"locomo": "configs/locomo.yaml", "longmemeval": "configs/longmemeval.yaml", "beam": "configs/beam.yaml",
-           "realtalk": "configs/realtalk.yaml"}
+           "realtalk": "configs/realtalk.yaml", "locomo_plus": "configs/locomo_plus.yaml"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -50,6 +51,7 @@ class SweepRun:
 
 
 def plan(systems: list[str], benches: list[str], configs: list[str]) -> list[SweepRun]:
+    benches = [b.replace("-", "_") for b in benches]  # BENCHES=locomo-plus, as its make target is named
     unknown = [b for b in benches if b not in CONFIGS]
     if unknown:
         raise ValueError(f"--benches: unknown {unknown}; known: {', '.join(CONFIGS)}")
@@ -110,6 +112,8 @@ def table(results: Path, benches: list[str]) -> str:
         parts.append(markdown(beam_table(ctx)))
     if "realtalk" in benches:  # its token F1 and GPT score beside the judge accuracy the systems table shows
         parts.append(markdown(realtalk_table(ctx)))
+    if "locomo_plus" in benches:  # its per-category table beside its systems-table row
+        parts.append(markdown(locomo_plus_table(ctx)))
     return "\n\n".join(parts)
 
 
@@ -141,7 +145,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for r in failed:
         print(f"sweep: {r.benchmark} {r.name} FAILED (exit {codes[r]}); its log: "
               f"{results / 'sweep-logs' / f'{r.benchmark}-{r.name}.log'}", file=sys.stderr)
-    md = table(results, split(a.benches)) if len(failed) < len(runs) else ""
+    md = table(results, [r.benchmark for r in runs]) if len(failed) < len(runs) else ""
     if md:
         (results / "sweep.md").write_text(md, encoding="utf-8")
         print(md)

@@ -97,6 +97,9 @@ PROMPT_KINDS: dict[str, str] = {
     "judge_beam_align_system": "judge_beam_align",
     # REALTALK's official GPT score (one call per answer; its prompt's JSON example names "score" only).
     "judge_realtalk_gpt_score": "judge_realtalk_gpt_score",
+    # LoCoMo-Plus's official judge: one prompt per category, each ending with its JSON example.
+    **{f"judge_locomo_plus_{c}": "judge_locomo_plus" for c in ("multi_hop", "single_hop", "temporal", "common_sense",
+                                                                "adversarial", "cognitive", "default")},
 }
 # A request whose prompt id names no kind (an outside system's, sent through the gateway as
 # ``gateway.<system>``) but whose body says what it wants (a json_schema response format, tools):
@@ -692,6 +695,18 @@ def reply_judge_beam_align(text: str) -> str:
     return "YES" if first & second else "NO"
 
 
+LOCOMO_PLUS_LABELS_RE = re.compile(r'\{"label": ("[a-z]+"(?:\|"[a-z]+")*), "reason": "[^"]*"\}\s*$')
+
+
+def reply_judge_locomo_plus(text: str) -> dict:
+    """One of the labels the prompt's own JSON example offers ("correct"|"partial"|"wrong", or
+    "correct"|"wrong"), chosen by a hash of the prompt, and a reason: the two fields it asks for."""
+    m = LOCOMO_PLUS_LABELS_RE.search(text)
+    labels = [s.strip('"') for s in m.group(1).split("|")] if m else ["wrong"]
+    label = labels[hashlib.sha256(text.encode("utf-8")).digest()[0] % len(labels)]
+    return {"label": label, "reason": f"scripted {label}"}
+
+
 def scripted_content(kind: str, text: str) -> str:
     """The normal (unfaulted) message content for a recognised prompt kind; ``ContractError`` when it
     would carry a field the prompt text does not ask for."""
@@ -749,6 +764,8 @@ def _scripted_content(kind: str, text: str) -> str:
         return reply_judge_beam_align(text)
     if kind == "judge_realtalk_gpt_score":
         return json.dumps(reply_judge_realtalk_gpt_score(text))
+    if kind == "judge_locomo_plus":
+        return json.dumps(reply_judge_locomo_plus(text))
     if kind == "doctor":
         return json.dumps({"word": "florp", "sentence": "The florp hummed."})
     raise ValueError(f"no scripted reply for kind {kind!r}")

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 from common.core.config import ConfigError, resolve_path
 from common.pipeline import experiments as exp_mod
 from common.report.tables.beam import beam_table
+from common.report.tables.locomo_plus import locomo_plus_table
 from common.report.tables.published import DEFAULT_PUBLISHED, load_published
 from common.report.tables.realtalk import realtalk_table
 from common.report.tables.runs import Context, MissingRun, TableError
@@ -33,6 +34,7 @@ BUILDERS: dict[str, Callable[[Context], Table]] = {"1": table1, "2": table2, "3"
                                                    "systems": systems_table}
 BUILDERS["beam"] = beam_table  # BEAM: per ability, official and corrected scoring (common.report.tables.beam)
 BUILDERS["realtalk"] = realtalk_table  # REALTALK: token F1, GPT score, judge accuracy (common.report.tables.realtalk)
+BUILDERS["locomo_plus"] = locomo_plus_table  # LoCoMo-Plus: per category, both parser readings
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

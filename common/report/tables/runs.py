@@ -28,12 +28,14 @@ from common.report.tables.published import NOT_STATED, Identity, Published
 GROUP_KEY = {"locomo": "by_category", "longmemeval": "by_type", "realtalk": "by_category"}
 # The commands that create each kind of run (error messages name them).
 MAKE_MAIN = {"locomo": "make locomo", "longmemeval": "make longmemeval", "beam": "make beam",
-             "realtalk": "make realtalk"}
+             "realtalk": "make realtalk", "locomo_plus": "make locomo-plus"}
 MAKE_JUDGE2 = {"locomo": "make judge2", "longmemeval": "make judge2-longmemeval"}
 MAKE_BASELINES = {"locomo": "make baselines", "longmemeval": "make baselines-longmemeval",
-                  "beam": "make baselines-beam", "realtalk": "make baselines-realtalk"}
+                  "beam": "make baselines-beam", "realtalk": "make baselines-realtalk",
+                  "locomo_plus": "make baselines-locomo-plus"}
 MAKE_ABLATIONS = {"locomo": "make ablations", "longmemeval": "make ablations-longmemeval",
-                  "beam": "make ablations-beam", "realtalk": "make ablations-realtalk"}
+                  "beam": "make ablations-beam", "realtalk": "make ablations-realtalk",
+                  "locomo_plus": "make ablations-locomo-plus"}
 
 
 class TableError(RuntimeError):

@@ -16,6 +16,7 @@ from common.core.yamlio import load_yaml
 from common.evaluation import scoring
 from common.pipeline import ledger
 from common.report.tables import system_rows
+from common.report.tables.locomo_plus import measured_score
 from common.report.tables.published import DASH
 from common.report.tables.runs import (
     MAKE_MAIN,
@@ -110,7 +111,8 @@ def systems_table(ctx: Context) -> Table:
             what, card = system_rows.cells(run)
             for judge in run.judge_names():
                 ref = f"S{len(table.rows) + 1}"
-                m = measured(run, judge)
+                # LoCoMo-Plus: the official mean score (partial counts 0.5), the number its tables report.
+                m = measured_score(run, judge) if benchmark == "locomo_plus" else measured(run, judge)
                 ident = run.identity(judge, ctx.published)
                 row = {"Ref": ref, "Benchmark": benchmark, "Run": run.name, "System": about["system"], **what,
                        "Answer prompt": about["prompt"], "Coverage": run.coverage.mark,
@@ -137,6 +139,8 @@ def systems_table(ctx: Context) -> Table:
         "Coverage: the questions the run labels of the benchmark's full set; PARTIAL k / n when fewer. "
         "Question set: the id of the run's scored questions (a hash of their ids) and their number: two runs "
         "with equal coverage may still be over different questions; the fingerprint describes the protocol only.",
+        "LoCoMo-Plus rows: Overall is the official mean score (correct 1, partial 0.5, wrong 0; sum of scores/n), "
+        "under the run's headline parser; its CI resamples questions, cl the LoCoMo conversations.",
         "One row per finished run and judge under the results directory, any memory system (method.name). "
         "Each cell is accuracy % [95% CI when metrics.json has one] (k/n), recounted from 01_gold.jsonl + "
         "08_judge_<judge>.jsonl; failed judgments count as wrong. Calls, tokens and $ per question: every "
