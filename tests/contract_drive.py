@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 from common.core import prompts
 from common.core.llm import EndpointProbe, LLMClient, ResponseCache, RetryPolicy, RoleSettings
 from common.core.schema import Anchor, AnswerRow, Episode, Gold, Hop, Plan, Question, RetrievalRow, Session, Turn
-from common.evaluation import beam, judge
+from common.evaluation import beam, judge, locomo_plus, realtalk
 from common.method import answer as answer_mod
 from common.method.bridge import resolve_bridge
 from common.method.episodes import partition_session
@@ -46,7 +47,7 @@ from tests.fake_openai.scripted import (
 )
 
 ROLES = ("partition", "extract", "plan", "plan_audit", "bridge", "answer", "answer_draft", "answer_rerank",
-         "answer_verify", "answer_count", "answer_temporal", "answer_order", "judge", "memory")
+         "answer_verify", "answer_count", "answer_temporal", "answer_order", "judge", "gpt_score", "memory")
 
 
 # --------------------------------------------------------------------------- what the code reads
@@ -209,6 +210,7 @@ def build_memory(llm: LLMClient) -> None:
     text = f"### Episode {ep.episode_id} | session_1 | session date: {WHEN}\n{view.episode_text(ep)}"
     for question in ("Who runs the group Caroline attends?", "Where does the group Caroline attends meet?"):
         resolve_bridge(llm, question, hop, hop.anchor, text, [ep.episode_id])  # repaired, then read as it came
+    resolve_bridge(llm, "Who runs it?", hop, hop.anchor, text, [ep.episode_id], with_question=False)  # the authors'
 
 
 def block(n: int, day: str, *said: tuple[str, str]) -> str:
@@ -260,6 +262,12 @@ def judge_answers(llm: LLMClient) -> None:
     for prompt_id in ("judge_locomo_mem0", "judge_locomo_paper"):
         judge.judge_answer(llm, prompt_id, prompt_id, row, gold)
     beam.judge_beam(llm, "beam", row, gold, beam.Options())
+    realtalk.judge_realtalk(llm, "realtalk", "judge_locomo_mem0", row, gold)  # with its GPT score
+    # LoCoMo-Plus: one official prompt per category, and the default one for a category it has none for
+    for category in (*locomo_plus.PROMPT_IDS, "no such category"):
+        plus_gold = Gold(qid="j", memory_id="m", answer="A sunrise over a lake", category=0, question_type=category,
+                         details={"judge_evidence": "Melanie: I painted a sunrise over the lake."})
+        locomo_plus.judge_locomo_plus(llm, "locomo_plus", row, plus_gold, locomo_plus.Options())
 
 
 def probe_endpoint(server: FakeOpenAI) -> None:
@@ -417,6 +425,19 @@ class Drive:
     answers: list[AnswerRow]
 
 
+# Readers that take fields out of a reply with a regular expression before any JSON decoding, which the
+# decoder hook cannot see: LoCoMo-Plus's official parser (llm_as_judge._parse_judge_response) matches
+# "label" and "reason" first. Their reads are the keys the code's own pattern names, where it matched.
+REGEX_READERS = {"judge_locomo_plus_": locomo_plus._LABEL_REASON}
+
+
+def regex_reads(calls: list[Call]) -> None:
+    for c in calls:
+        for prefix, pattern in REGEX_READERS.items():
+            if c.prompt_id.startswith(prefix) and pattern.search(c.text or ""):
+                c.reads.update(re.findall(r'"(\w+)"', pattern.pattern))
+
+
 def drive(tmp: Path) -> Drive:
     with FakeOpenAI(faults=REPAIRED) as server:
         llm = client(server, tmp)
@@ -425,6 +446,7 @@ def drive(tmp: Path) -> Drive:
             answers = answer_questions(llm)
             judge_answers(llm)
             probe_endpoint(server)
+        regex_reads(reads.calls)
         outside = send_outside(server)
     return Drive(reads.calls, outside, server, answers)
 
