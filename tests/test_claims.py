@@ -287,7 +287,10 @@ def test_make_claims_against_the_fake_server_rejudges_every_run_and_a_rerun_pays
     calls = fake_server.request_count - before
     data = json.loads(paths[0].read_text())
     by_run = {r["run"]: r for r in data["rows"]}
-    assert set(by_run) == {"zep", "paper"} and not data["notes"]
+    assert set(by_run) == {"zep", "paper"}
+    # The only note: the two runs label different questions (6 of conv-26 against Zep's 10 fixture rows).
+    assert len(data["notes"]) == 1 and data["notes"][0].startswith("WARNING: locomo: QUESTION SETS DIFFER: ")
+    assert "(6 questions): paper" in data["notes"][0] and "(10 questions): zep" in data["notes"][0]
     # Our judge: every answer of both runs judged once, plus the corrected-key answers again.
     errata = json.loads((AUDIT / "errors.json").read_text())
     wrong = {r["question_id"] for r in errata if r["error_type"] != "WRONG_CITATION"}

@@ -151,7 +151,7 @@ def test_prompt_id_table_matches_the_prompt_files():
     assert {"partition", "partition_repair", "extract", "extract_repair", "plan", "plan_repair", "bridge",
             "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction", "doctor",
             "plan_audit", "answer_rerank", "answer_verify", "answer_draft", "amem_analyze", "amem_evolve",
-            "judge_beam", "judge_beam_align", "judge_realtalk_gpt_score",
+            "judge_beam", "judge_beam_align", "judge_realtalk_gpt_score", "judge_locomo_plus",
             "answer_count", "answer_count_merge", "answer_temporal", "answer_order",
             "answer_count_reference", "answer_temporal_answer", "answer_temporal_repair",
             "answer_age_chain"} == CHAT_KINDS

@@ -68,7 +68,7 @@ def test_protocol_replies_reports_logged_errors_and_keeps_stdout_clean(tmp_path)
                           capture_output=True, text=True, timeout=30)
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert replies == [
-        {"ok": True, "system": "toy", "version": "1", "answers": False},
+        {"ok": True, "system": "toy", "version": "1", "answers": False, "settings": {}},
         {"ok": True, "items": 1, "errors": ["toy: one turn lost"]},
         {"ok": False, "error": "ValueError: no index for m"},
         {"ok": False, "error": "unknown op 'nonsense'"},
@@ -82,7 +82,10 @@ def test_fake_server_answers_a_registered_systems_prompt_only_json():
     gateway prompt id with the reader's JSON built from the prompt, any other id with plain text."""
     from tests.fake_openai.scripted import generic_reply
 
-    prompt = "Extract memories.\nuser:Caroline: I went to a support group\nassistant:Melanie: Wow, cool"
+    # The shape MemOS's reader prompt asks for (its own JSON example): the reply may carry only these fields.
+    prompt = ('Extract memories. Return JSON:\n{"memory list": [{"key": "...", "memory_type": "...", "value": "...", '
+              '"tags": ["..."]}], "summary": "..."}\n\nuser:Caroline: I went to a support group\n'
+              'assistant:Melanie: Wow, cool')
     content, calls = generic_reply({"messages": []}, prompt, "gateway.memos")
     reply = json.loads(content)
     assert calls == [] and [m["value"] for m in reply["memory list"]] == [

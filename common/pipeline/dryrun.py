@@ -352,7 +352,9 @@ def estimate(cfg: Config) -> dict[str, Any]:
             "memories": len({s.memory_id for s in data.sessions}), "sessions": len(data.sessions),
             "unique_sessions": len(unique), "turns": n_turns, "questions": nq, "scored": len(scored),
             "stages": stages, "total": total, "unpriced_models": sorted(unpriced), "assumptions": ASSUME,
-            "batch_roles": sorted(batched),
+            # the batched roles this run calls (llm.batch: true names every offline role, REALTALK's
+            # gpt_score too, which a LoCoMo run never calls)
+            "batch_roles": sorted(batched & {s["role"] for s in stages}),
             "prices": {"date": prices.get("date"), "file": "configs/prices.yaml"},
             "note": "upper bound: calls already in the LLM cache are not subtracted (only rows present in the run dir)"}
 

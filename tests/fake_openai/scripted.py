@@ -100,6 +100,8 @@ PROMPT_KINDS: dict[str, str] = {
     # LoCoMo-Plus's official judge: one prompt per category, each ending with its JSON example.
     **{f"judge_locomo_plus_{c}": "judge_locomo_plus" for c in ("multi_hop", "single_hop", "temporal", "common_sense",
                                                                 "adversarial", "cognitive", "default")},
+    # The conversation prefix every one of them starts with: listed as their part (never sent as its own id).
+    "judge_locomo_plus_conv_start": "judge_locomo_plus",
 }
 # A request whose prompt id names no kind (an outside system's, sent through the gateway as
 # ``gateway.<system>``) but whose body says what it wants (a json_schema response format, tools):
