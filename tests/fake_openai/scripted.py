@@ -231,6 +231,12 @@ def _chosen_tool(tools: list[Any], choice: Any, prompt_id: Optional[str] = None,
     return next((f for f in functions if f.get("name") == name), functions[0])
 
 
+# ``gateway.<system>`` prompt id -> the arguments of the call to the chosen tool, built from the
+# request's messages (a function of the tool's name and the messages; None: the model calls no
+# tool), for a system whose tool calls must carry what its messages say (mem0's graph memory: the
+# entities and relations of the text it sends); the arguments name only the tool's parameters.
+TOOL_ARGS_BY_PROMPT: dict[str, Callable[[str, list[dict[str, Any]]], Optional[dict[str, Any]]]] = {}
+
 # ``gateway.<system>`` prompt id -> the plain-text reply (built from the prompt text) to that
 # system's requests that carry neither a json_schema nor tools: an outside system in its own
 # environment that asks for JSON in its prompt alone registers here by its gateway name.
@@ -259,6 +265,14 @@ def _generic_reply(body: dict[str, Any], text: str, prompt_id: Optional[str]) ->
         schema = spec.get("schema") or {}
         return json.dumps(builder(text, schema) if builder else synthesize(schema, text)), []
     tool = _chosen_tool(body.get("tools") or [], body.get("tool_choice"), prompt_id, body.get("messages"))
+    build_args = TOOL_ARGS_BY_PROMPT.get((prompt_id or "").strip())
+    if tool is not None and build_args is not None:
+        built = build_args(str(tool.get("name")), body.get("messages") or [])
+        if built is None:  # the model calls no tool: a plain reply
+            return f"Noted: {_snippet(text)}", []
+        call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
+        return "", [{"id": call_id, "type": "function",
+                     "function": {"name": tool.get("name"), "arguments": json.dumps(built)}}]
     if tool is not None:
         args = synthesize(tool.get("parameters") or {"type": "object"}, text)
         call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
@@ -933,3 +947,7 @@ def letta_agent_tool(names: list[str], messages: list[dict[str, Any]]) -> Option
 
 
 TOOL_CHOICE_BY_PROMPT[GATEWAY_PREFIX + "letta"] = letta_agent_tool
+
+
+# The outside systems whose replies live in modules of their own register themselves here.
+from tests.fake_openai import mem0_graph_replies  # noqa: E402,F401  (registers gateway.mem0_graph)
