@@ -42,9 +42,9 @@ TODAY_RE = re.compile(r"Today's date is \d{4}-\d{2}-\d{2}\.")
 
 
 def speakers(sessions: list[dict[str, Any]]) -> list[str]:
-    """The conversation's two speakers in order of first appearance (LoCoMo: speaker_a, speaker_b)."""
-    seen = list(dict.fromkeys(t["speaker"] for s in sessions for t in s["turns"]))
-    return seen[:2] if len(seen) >= 2 else (seen + ["user", "assistant"])[:2]
+    """The conversation's speakers in order of first appearance (LoCoMo: speaker_a, speaker_b),
+    each a user id of its own; none when no turn has been said (an empty memory)."""
+    return list(dict.fromkeys(t["speaker"] for s in sessions for t in s["turns"]))[:2]
 
 
 def batches(session: dict[str, Any], me: str) -> list[list[dict[str, Any]]]:
@@ -173,15 +173,15 @@ class Mem0GraphAdapter(proto.Adapter):
         return list(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else []
 
     def close(self) -> None:
+        # Qdrant's local mode and Kuzu hold their directories until closed; the search child opens them next.
         for memory in self.memories.values():
-            for closing in (lambda: memory.vector_store.client.close(), lambda: memory.graph.graph.close(),
-                            lambda: memory.graph.db.close()):
+            for owner, name in ((memory.vector_store.client, "close"), (memory.graph.graph, "close"),
+                                (memory.graph.db, "close")):
                 try:
-                    closing()
-                except Exception:  # already closed, or a version without close(): nothing to release
+                    getattr(owner, name)()
+                except Exception:  # already closed: nothing to release
                     pass
         self.memories.clear()
-
 
 if __name__ == "__main__":
     proto.serve(Mem0GraphAdapter())
