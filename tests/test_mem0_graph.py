@@ -20,11 +20,61 @@ import pytest
 from tests import systems_driver as driver
 from tests.fake_openai.mem0_graph_replies import relations as fake_relations
 
-pytestmark = [pytest.mark.systems, pytest.mark.xdist_group("system-mem0_graph")]
 NAME = "mem0_graph"
 GRAPH_TOOLS = {"extract_entities", "establish_relationships", "delete_graph_memory"}
 
 
+# --------------------------------------------------------------------------- the fake's replies
+def _tool(name, items):
+    """A tool as mem0's graph offers it: one array parameter ``entities`` of objects with ``items``."""
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "required": ["entities"], "properties": {"entities": {"type": "array", "items": {
+            "type": "object", "required": items, "properties": {k: {"type": "string"} for k in items}}}}}}}
+
+
+def test_the_fake_answers_mem0s_graph_tools_from_the_text_with_only_their_fields():
+    from tests.fake_openai.scripted import generic_reply
+
+    pid = "gateway.mem0_graph"
+    text = "Caroline: I went to the LGBTQ support group in Boston.\nMelanie: Wow, Caroline!"
+    ask = {"messages": [{"role": "system", "content": "Extract all the entities."}, {"role": "user", "content": text}],
+           "tools": [_tool("extract_entities", ["entity", "entity_type"])]}
+    content, calls = generic_reply(ask, text, pid)
+    args = json.loads(calls[0]["function"]["arguments"])
+    assert [e["entity"] for e in args["entities"]] == ["Caroline", "Melanie", "LGBTQ", "Boston", "Wow"]
+    assert {k for e in args["entities"] for k in e} == {"entity", "entity_type"}
+    listed = "List of entities: ['caroline', 'melanie', 'lgbtq', 'boston']. \n\nText: " + text
+    ask = {"messages": [{"role": "system", "content": "Relations."}, {"role": "user", "content": listed}],
+           "tools": [_tool("establish_relationships", ["source", "relationship", "destination"])]}
+    args = json.loads(generic_reply(ask, listed, pid)[1][0]["function"]["arguments"])
+    assert args == {"entities": [{"source": "Caroline", "relationship": "mentions", "destination": "lgbtq"},
+                                 {"source": "Caroline", "relationship": "mentions", "destination": "boston"},
+                                 {"source": "Melanie", "relationship": "mentions", "destination": "caroline"}]}
+    ask = {"messages": [{"role": "user", "content": "existing memories"}],
+           "tools": [_tool("delete_graph_memory", ["source", "relationship", "destination"])]}
+    assert generic_reply(ask, "existing memories", pid)[1] == []  # nothing to delete: no call
+
+
+def test_the_fake_answers_mem0s_fact_and_update_prompts_as_their_json_shows():
+    from tests.fake_openai.mem0_graph_replies import UPDATE_MARKER
+    from tests.fake_openai.scripted import generic_reply
+
+    pid = "gateway.mem0_graph"
+    facts = ('Output: {"facts" : ["Name is John"]}\nReturn json.\n'
+             "Input:\nuser: Caroline: I paint.\nassistant: Melanie: Nice!\n")
+    content, _ = generic_reply({"messages": [{"role": "user", "content": facts}],
+                                "response_format": {"type": "json_object"}}, facts, pid)
+    assert json.loads(content) == {"facts": ["Caroline said: I paint."]}  # the user's lines only
+    update = ('Old memory:\n```\n[{"id": "0", "text": "Caroline said: I paint."}]\n```\n'
+              f"{UPDATE_MARKER}.\n\n```\n['Caroline said: I paint.', 'Caroline said: I run.']\n```\n"
+              'Return: {"memory" : [{"id" : "<id>", "text" : "<text>", "event" : "<event>", "old_memory" : "<old>"}]}')
+    content, _ = generic_reply({"messages": [{"role": "user", "content": update}],
+                                "response_format": {"type": "json_object"}}, update, pid)
+    assert json.loads(content) == {"memory": [{"id": "0", "text": "Caroline said: I paint.", "event": "NONE"},
+                                              {"id": "2", "text": "Caroline said: I run.", "event": "ADD"}]}
+
+
+# --------------------------------------------------------------------------- the system, driven
 def _tools(body):
     return {t["function"]["name"] for t in body.get("tools") or []}
 
@@ -51,6 +101,8 @@ def drives():
     return {protocol: driver.drive(NAME, python=python, protocol=protocol) for protocol in ("common", "native")}
 
 
+@pytest.mark.systems
+@pytest.mark.xdist_group("system-mem0_graph")
 def test_the_graph_is_built_from_the_relations_the_model_extracted(drives):
     run = drives["common"]
     hello, ingest, search = (run.replies[k] for k in ("hello", "ingest", "search"))
@@ -79,6 +131,8 @@ def test_the_graph_is_built_from_the_relations_the_model_extracted(drives):
     assert run.forwarded == run.fake_requests > 0 and run.attempts == []
 
 
+@pytest.mark.systems
+@pytest.mark.xdist_group("system-mem0_graph")
 def test_session_dates_reach_the_extraction_prompt_and_every_memory(drives):
     run = drives["common"]
     extraction = [b["messages"][0]["content"] for b in run.requests
@@ -92,6 +146,8 @@ def test_session_dates_reach_the_extraction_prompt_and_every_memory(drives):
     assert items and all(e["timestamp"] in dates and e["source_turn_ids"] for e in items)
 
 
+@pytest.mark.systems
+@pytest.mark.xdist_group("system-mem0_graph")
 def test_top_k_is_the_limit_under_common_and_thirty_under_native(drives):
     common, native = drives["common"], drives["native"]
     assert common.replies["hello"]["settings"]["top_k"] == 10
@@ -104,6 +160,8 @@ def test_top_k_is_the_limit_under_common_and_thirty_under_native(drives):
     assert max(built["memories_Caroline"], built["memories_Melanie"]) > 10  # so the two differ
 
 
+@pytest.mark.systems
+@pytest.mark.xdist_group("system-mem0_graph")
 def test_an_empty_memory_reports_nothing_built_and_searches_without_a_call(tmp_path):
     """A memory whose sessions hold no turn: items 0 (the harness counts it as empty_memory), nothing
     built, and its search finds nothing without reaching any endpoint (port 9 refuses)."""
@@ -124,6 +182,8 @@ def test_an_empty_memory_reports_nothing_built_and_searches_without_a_call(tmp_p
     assert replies[3] == {"ok": True} and done.returncode == 0
 
 
+@pytest.mark.systems
+@pytest.mark.xdist_group("system-mem0_graph")
 def test_through_the_harness_the_graph_reaches_the_metrics(tmp_path):
     """01-09 on the tiny LoCoMo file with ``method.name=mem0_graph``: the child reaches only the
     gateway, each memory's marker carries what its graph holds, 09's metrics sum them, and every
