@@ -4,9 +4,11 @@ facts and memory-update JSON its prompts show, the arguments of the graph's enti
 tools): the relations the graph extracted reach the Kuzu graph, the ``built`` reply and the buffer;
 the session dates reach the extraction prompts and every memory line; ``top_k`` is the harness's
 limit under ``common`` and the reference's 30 under ``native``; an empty memory says so; through the
-harness, every call goes through the gateway and what the memory built reaches 09's metrics.
+harness, every call goes through the gateway, the card agrees with what the child resolved, and
+what the memory built reaches 09's metrics.
 
-The environment builds in about a minute (``systems``: ``make test-slow``)."""
+The environment builds in about a minute: the tests that drive the system are marked ``systems``
+(``make test-slow``); the fake's replies to its requests are checked in ``make test``."""
 from __future__ import annotations
 
 import json
@@ -212,6 +214,9 @@ def test_through_the_harness_the_graph_reaches_the_metrics(tmp_path):
         assert outcome["items"] > 0 and outcome["built"]["graph_relations"] > 0, outcome
         assert not outcome.get("errors"), outcome
         built[mid] = outcome["built"]
+    ident = json.loads((run.dir / "06_retrieve.manifest.json").read_text())["system"]
+    assert ident["version"] == "1.0.11" and ident["card"] == "systems/mem0_graph/card.yaml"
+    assert ident["card_check"] == {"checked": {"top_k": 10, "graph_store": "kuzu"}, "mismatches": []}
     block = json.loads(run.path("metrics").read_text())["memory_system"]
     assert block["built"]["graph_relations"] == sum(b["graph_relations"] for b in built.values())
     assert not block["outcomes"].get("empty_memory")
