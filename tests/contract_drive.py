@@ -329,6 +329,13 @@ def amem_messages(prompt_id: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": "You must respond with a JSON object."}, {"role": "user", "content": text}]
 
 
+def amem_keywords_messages() -> list[dict[str, str]]:
+    from common.systems.amem import JSON_SYSTEM, KEYWORDS_PROMPT
+
+    return [{"role": "system", "content": JSON_SYSTEM},
+            {"role": "user", "content": KEYWORDS_PROMPT.format(question="When did Caroline go to the support group?")}]
+
+
 def simplemem_messages() -> list[dict[str, str]]:
     source = package_file("simplemem", "core/memory_builder.py")
     window = "\n".join(f"[2023-05-08T13:56:00] {who}: {text}" for who, text in TURNS[:3])
@@ -357,7 +364,7 @@ def outside_requests() -> Iterator[tuple[str, dict[str, Any]]]:
     """(prompt id, request body) of every outside system's request kind the fake answers."""
     builders: dict[str, Callable[[], list[dict[str, str]]]] = {
         "mem0_extraction": mem0_messages, "amem_analyze": lambda: amem_messages("amem_analyze"),
-        "amem_evolve": lambda: amem_messages("amem_evolve")}
+        "amem_evolve": lambda: amem_messages("amem_evolve"), "amem_keywords": amem_keywords_messages}
     for prompt_id in sorted(OUTSIDE_PROMPTS):
         yield prompt_id, {"messages": builders[prompt_id](), "response_format": {"type": "json_object"}}
     for marker, _ in TEXT_KINDS:  # SimpleMem's plain-text JSON request, through the gateway
