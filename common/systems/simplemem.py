@@ -138,7 +138,9 @@ class SimpleMem(MemorySystem):
                 raise ValueError(f"method.options.{key}: must be a positive integer, not {self.opts[key]!r}")
 
     def settings(self) -> dict[str, Any]:
-        return {**self.opts, "simplemem": SIMPLEMEM_VERSION, "model": self.ctx.cfg.role("memory").model}
+        own = {**self.opts, "simplemem": SIMPLEMEM_VERSION, "model": self.ctx.cfg.role("memory").model}
+        # The same search under both protocols; native runs keep their own digests all the same.
+        return {**own, "protocol": "native"} if self.protocol == "native" else own
 
     def _parts(self, db: Path, session: Any) -> dict[str, Any]:
         """SimpleMem's client, store, builder, retriever and answer generator over ``db``, every
