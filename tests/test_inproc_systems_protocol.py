@@ -164,3 +164,20 @@ def test_an_empty_amem_memory_is_counted_as_reported(tmp_path, fake_server, monk
     assert "amem_keywords" not in fake_server.counts_by_kind()  # nothing to search: no keyword call
     summary = outcomes.summary(run.dir)
     assert summary["outcomes"]["empty_memory"] == 1 and "empty_memory_inferred" not in summary
+
+
+def test_the_dry_run_counts_amems_keyword_call_per_question_unless_it_searches_with_the_question(tmp_path):
+    from common.core.config import load_config
+    from common.pipeline import dryrun
+
+    def search_rows(**options):
+        sets = run_overrides(tmp_path, TINY_LOCOMO, **{"method.name": "amem",
+                                                       "method.options": json.dumps(options)})
+        est = dryrun.estimate(load_config(["configs/locomo.yaml"], sets))
+        return [s for s in est["stages"] if s["stage"] == "06_retrieve" and "search calls" in s["basis"]]
+
+    questions = sum(len(c["qa"]) for c in json.loads(TINY_LOCOMO.read_text()))
+    (row,) = search_rows()
+    assert row["role"] == "memory" and row["calls"] == questions and row["prompt_tokens"] > 0
+    (row,) = search_rows(query="question")
+    assert row["calls"] == 0

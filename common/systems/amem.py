@@ -266,9 +266,10 @@ class AMem(MemorySystem):
         """The default row; under the native protocol A-MEM's own rendering is the buffer."""
         started = time.perf_counter()
         found = self.search(question, view)
+        own = str(found.info.pop("rendered", ""))  # the buffer itself, not a note beside it
         row = render(question, self.name, found, round(time.perf_counter() - started, 4))
         if self.protocol == "native" and found.evidence:
-            row.buffer_text = str(found.info["rendered"]).rstrip("\n")
+            row.buffer_text = own.rstrip("\n")
             row.buffer_tokens = count_tokens(row.buffer_text) if row.buffer_text else 0
         return row
 
