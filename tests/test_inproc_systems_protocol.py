@@ -181,3 +181,16 @@ def test_the_dry_run_counts_amems_keyword_call_per_question_unless_it_searches_w
     assert row["role"] == "memory" and row["calls"] == questions and row["prompt_tokens"] > 0
     (row,) = search_rows(query="question")
     assert row["calls"] == 0
+
+
+def test_amems_keyword_prompt_is_the_references_byte_for_byte():
+    import hashlib
+
+    from common.systems.amem import KEYWORDS_PROMPT
+
+    # generate_query_llm's f-string in WujiangXu/A-mem@17ce6b6 test_advanced.py, its slot written
+    # {question} (common/prompts/SOURCES.md), hashed from the reference's text.
+    text = KEYWORDS_PROMPT.format(question="{question}")
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == \
+        "31b2678c75ba5fb467774faedc19c2bf0c305bef88a51e0a403004e1df4b858e"
+    assert "containing the selected text. \n\n" in text and text.endswith('{"keywords": "keyword1, keyword2, keyword3"}')
