@@ -193,4 +193,5 @@ def test_amems_keyword_prompt_is_the_references_byte_for_byte():
     text = KEYWORDS_PROMPT.format(question="{question}")
     assert hashlib.sha256(text.encode("utf-8")).hexdigest() == \
         "31b2678c75ba5fb467774faedc19c2bf0c305bef88a51e0a403004e1df4b858e"
-    assert "containing the selected text. \n\n" in text and text.endswith('{"keywords": "keyword1, keyword2, keyword3"}')
+    assert "containing the selected text. \n\n" in text
+    assert text.endswith('{"keywords": "keyword1, keyword2, keyword3"}')
