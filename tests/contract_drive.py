@@ -42,6 +42,7 @@ from tests.fake_openai.scripted import (
     OUTSIDE_PROMPTS,
     PROMPT_ID_HEADER,
     SCHEMA_KINDS,
+    SIMPLEMEM_ANSWER,
     TEXT_KINDS,
     TEXT_KINDS_BY_PROMPT,
 )
@@ -343,6 +344,16 @@ def simplemem_messages() -> list[dict[str, str]]:
                                                  {"context": "", "dialogue_text": window})}]
 
 
+def simplemem_answer_messages() -> list[dict[str, str]]:
+    """SimpleMem's answer generator (systems.protocol: native): its system message and its prompt."""
+    source = package_file("simplemem", "core/answer_generator.py")
+    context = "[Context 1]\nContent: Caroline went to the LGBTQ support group on 7 May 2023.\nPersons: Caroline"
+    system = rendered(package_string(source, "You are a professional Q&A assistant"), {})
+    user = rendered(package_string(source, SIMPLEMEM_ANSWER), {"query": "When did Caroline go to the support group?",
+                                                               "context_str": context})
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 def graphiti_schemas() -> dict[str, dict[str, Any]]:
     """The JSON schema of each Graphiti response model the fake answers by name."""
     from graphiti_core.prompts import dedupe_edges, dedupe_nodes, extract_edges, extract_nodes
@@ -367,9 +378,10 @@ def outside_requests() -> Iterator[tuple[str, dict[str, Any]]]:
         "amem_evolve": lambda: amem_messages("amem_evolve"), "amem_keywords": amem_keywords_messages}
     for prompt_id in sorted(OUTSIDE_PROMPTS):
         yield prompt_id, {"messages": builders[prompt_id](), "response_format": {"type": "json_object"}}
-    for marker, _ in TEXT_KINDS:  # SimpleMem's plain-text JSON request, through the gateway
-        assert marker == "[Current Window Dialogues]", f"no request built for the text kind {marker!r}"
-        yield GATEWAY_PREFIX + "simplemem", {"messages": simplemem_messages()}
+    simplemem = {"[Current Window Dialogues]": simplemem_messages, SIMPLEMEM_ANSWER: simplemem_answer_messages}
+    for marker, _ in TEXT_KINDS:  # SimpleMem's plain-text JSON requests, through the gateway
+        assert marker in simplemem, f"no request built for the text kind {marker!r}"
+        yield GATEWAY_PREFIX + "simplemem", {"messages": simplemem[marker]()}
     schemas = graphiti_schemas()
     for name in sorted(SCHEMA_KINDS):
         fmt = {"type": "json_schema", "json_schema": {"name": name, "schema": schemas[name]}}

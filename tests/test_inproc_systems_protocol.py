@@ -195,3 +195,27 @@ def test_amems_keyword_prompt_is_the_references_byte_for_byte():
         "31b2678c75ba5fb467774faedc19c2bf0c305bef88a51e0a403004e1df4b858e"
     assert "containing the selected text. \n\n" in text
     assert text.endswith('{"keywords": "keyword1, keyword2, keyword3"}')
+
+
+# ---------------------------------------------------------------------------- SimpleMem
+@pytest.mark.systems  # importing SimpleMem (LanceDB, pandas) takes 20 s: make test-slow runs it
+@pytest.mark.skipif(importlib.util.find_spec("simplemem") is None,
+                    reason="simplemem not installed (make install installs requirements-systems.txt)")
+def test_simplemem_answers_itself_under_native_and_07_takes_its_answer(tmp_path, fake_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{
+        "method.name": "simplemem", "embedding.backend": "openai", "embedding.model": "fake-embed",
+        "embedding.base_url": fake_server.base_url, "data.memories": "[tiny-1]", "data.question_limit": 2,
+        "systems.protocol": "native"})
+    run = run_stages("configs/locomo.yaml", sets, UP_TO_06 + ["answer"])
+    # SimpleMem's answer generator reached the endpoint once per question, through the gateway
+    asked = [r for r in fake_server.requests
+             if "messages" in r and scripted.SIMPLEMEM_ANSWER in r["messages"][-1]["content"]]
+    got = rows(run.path("retrievals"))
+    assert len(asked) == len(got) == 2
+    replies = {scripted.reply_simplemem_answer(r["messages"][-1]["content"])["answer"] for r in asked}
+    # 07 made no answer call of its own and took SimpleMem's answer, the JSON reply's answer field
+    assert "answer" not in fake_server.counts_by_kind()
+    answers = rows(run.path("answers"))
+    assert {a["answer"] for a in answers} == replies and all(a["prompt_id"] == "native.simplemem" for a in answers)
+    assert all(r["buffer_text"].startswith("[Context 1]") for r in got)  # its rendering, both protocols

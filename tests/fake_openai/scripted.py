@@ -918,6 +918,19 @@ def reply_simplemem_entries(text: str) -> list[dict[str, Any]]:
 
 
 TEXT_KINDS.append((SIMPLEMEM_WINDOW, reply_simplemem_entries))
+# Its answer generator (systems.protocol: native) shows the JSON it wants: reasoning and answer.
+SIMPLEMEM_ANSWER = "Now answer the question. Return ONLY the JSON, no other text."
+
+
+def reply_simplemem_answer(text: str) -> dict[str, str]:
+    """The first context's first words as the answer (the context's "Content:" lines)."""
+    context = text.split("Relevant Context:", 1)[-1]
+    first = next((line.split(":", 1)[1] for line in context.splitlines() if line.startswith("Content:")), "")
+    words = first.split()[:6]
+    return {"reasoning": "scripted from the first context", "answer": " ".join(words) if words else "Unknown"}
+
+
+TEXT_KINDS.append((SIMPLEMEM_ANSWER, reply_simplemem_answer))
 
 
 # --------------------------------------------------------------------------- MemOS (a prompt-only JSON reply)
