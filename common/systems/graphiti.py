@@ -16,9 +16,10 @@ Search follows Zep's published LoCoMo evaluation (getzep/zep-papers,
 nodes (entities) with RRF reranking and edges (facts) with the cross-encoder reranker, 20 of
 each, Graphiti's recipes as they are (the edges' recipe searches BM25, cosine similarity and
 breadth-first search from the nodes those found; on Kuzu the last runs level by level,
-``common.systems.graphiti_bfs``), rendered with that script's context template (``ZEP_CONTEXT_TEMPLATE``, byte-exact: facts
-with their ``event_time``, entities with their summaries). The harness's answer prompt and judge
-then read that context like any other system's evidence buffer.
+``common.systems.graphiti_bfs``), rendered with that script's context template
+(``ZEP_CONTEXT_TEMPLATE``, byte-exact: facts with their ``event_time``, entities with their
+summaries). The harness's answer prompt and judge then read that context like any other system's
+evidence buffer.
 
 Local and offline: the graph store is Kuzu, embedded (one database file per memory under the
 memory's state directory; a rerun opens it again). Graphiti's LLM, embedder and reranker are its

@@ -50,7 +50,7 @@ class _Clock(datetime):
     the native protocol runs (the context variable is set), the real clock otherwise."""
 
     @classmethod
-    def now(cls, tz: Any = None) -> Any:  # type: ignore[override]
+    def now(cls, tz: Any = None) -> Any:
         frozen = _frozen.get()
         return frozen if frozen is not None else datetime.now(tz)
 
@@ -65,7 +65,7 @@ def _patch_modules() -> None:
     if not isinstance(tools.uuid, _DeterministicUuid):
         tools.uuid = _DeterministicUuid()
     if store_memory.datetime is not _Clock:
-        store_memory.datetime = _Clock
+        store_memory.datetime = _Clock  # type: ignore[misc]
 
 
 class frozen_clock:
