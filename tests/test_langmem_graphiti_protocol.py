@@ -231,3 +231,26 @@ def test_the_level_by_level_bfs_finds_what_graphitis_kuzu_query_finds(graphiti_n
     assert graphs
     for path in graphs:
         asyncio.run(compare(path))
+
+
+# ---------------------------------------------------------------------------- no gold, either system
+@pytest.mark.parametrize("name", ["langmem", "graphiti"])
+def test_no_native_request_depends_on_gold_fields(tmp_path, fake_server, monkeypatch, name):
+    """As tests/test_systems.py checks the common protocol: the same requests with the gold poisoned."""
+    from tests.test_systems import _poison_locomo
+
+    if importlib.util.find_spec("langmem" if name == "langmem" else "graphiti_core") is None:
+        pytest.skip(f"{name} not installed (requirements-systems.txt)")
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    poisoned = _poison_locomo(TINY_LOCOMO, tmp_path / "poisoned.json")
+    sent = []
+    for label, data in (("clean", TINY_LOCOMO), ("poisoned", poisoned)):
+        start = len(fake_server.requests)
+        sets = run_overrides(tmp_path / label, data, **{
+            "method.name": name, "embedding.backend": "openai", "systems.protocol": "native",
+            "data.question_limit": 1, "data.limit_rule": "first", "data.memories": "[tiny-1]"})
+        run_stages("configs/locomo.yaml", sets, ["preprocess", "retrieve", "answer"])
+        sent.append(sorted(json.dumps(b, sort_keys=True) for b in fake_server.requests[start:]
+                           if b.get("input") != ["dimension probe"]))
+    assert sent[0] and sent[0] == sent[1], f"a gold field changed what {name} sent under the native protocol"
+    assert "POISON" not in json.dumps(sent[1])

@@ -23,18 +23,15 @@ agents' replies to the question as the evidence, mem0's answer prompt (``common.
 
 Determinism: LangMem and trustcall name new memories and messages with ``uuid4``; memory ids
 appear in later prompts (the existing memories shown to the manager), so random ids would change
-every cache key. Inside an ingestion they are drawn from a sequence seeded by the memory id.
+every cache key. Inside an ingestion they are drawn from a sequence seeded by the memory id
+(``langmem_agent.IdSequence``).
 LangSmith tracing is off.
 """
 from __future__ import annotations
 
-import contextvars
-import hashlib
 import json
 import os
-import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Optional
 
@@ -46,52 +43,24 @@ from common.core.tokens import count_tokens
 from common.method.render import MemoryView
 from common.systems import langmem_agent, outcomes
 from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, turn_text
+from common.systems.langmem_agent import PATCH_LOCK, DeterministicUuid, IdSequence, ids
 
 DEFAULTS = {"top_k": 10}
 LANGMEM_VERSION = "0.0.30"
 # The store manager's memory instructions and tool schemas (o200k tokens, without the
 # conversation and the existing memories): the dry run's estimate of one extraction call.
 EXTRACTION_PROMPT_TOKENS = 700
-_ids: contextvars.ContextVar[Optional["_Sequence"]] = contextvars.ContextVar("langmem_ids", default=None)
-_lock = threading.Lock()
-
-
-class _Sequence:
-    """uuid4 replacements for one memory's ingestion: the n-th id is a hash of (memory id, n)."""
-
-    def __init__(self, seed: str) -> None:
-        self.seed, self.n, self.lock = seed, 0, threading.Lock()
-
-    def next(self) -> uuid.UUID:
-        with self.lock:
-            self.n += 1
-            n = self.n
-        return uuid.UUID(bytes=hashlib.sha256(f"{self.seed}\x00{n}".encode("utf-8")).digest()[:16], version=4)
-
-
-class _DeterministicUuid:
-    """The ``uuid`` module as LangMem and trustcall see it: ``uuid4`` from the current sequence."""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(uuid, name)
-
-    @staticmethod
-    def uuid4() -> uuid.UUID:
-        seq = _ids.get()
-        return seq.next() if seq is not None else uuid.uuid4()
-
-
 def _import_langmem() -> Any:
     os.environ["LANGSMITH_TRACING"] = "false"
     os.environ["LANGCHAIN_TRACING_V2"] = "false"
     import langmem.knowledge.extraction as extraction
     import trustcall._base as trustcall_base
 
-    with _lock:
+    with PATCH_LOCK:
         modules: tuple[Any, ...] = (extraction, trustcall_base)
         for module in modules:
-            if not isinstance(module.uuid, _DeterministicUuid):
-                module.uuid = _DeterministicUuid()
+            if not isinstance(module.uuid, DeterministicUuid):
+                module.uuid = DeterministicUuid()
     return extraction
 
 
@@ -157,7 +126,7 @@ class LangMem(MemorySystem):
         meta: dict[str, dict[str, Any]] = {}
         with gateway.session(spent) as session:
             manager, store = self._manager(session.base_url, session.api_key)
-            token = _ids.set(_Sequence(view.memory_id))
+            token = ids.set(IdSequence(view.memory_id))
             try:
                 for s in view.sessions:
                     try:
@@ -169,7 +138,7 @@ class LangMem(MemorySystem):
                     for put in puts:
                         meta[put["key"]] = {"timestamp": s.date_time or "", "dia_ids": [t.dia_id for t in s.turns]}
             finally:
-                _ids.reset(token)
+                ids.reset(token)
             items = store.search(("memories", view.memory_id), limit=1_000_000)
         dump = [{"key": it.key, "value": it.value, **meta.get(it.key, {"timestamp": "", "dia_ids": []})}
                 for it in sorted(items, key=lambda it: it.key)]
@@ -188,7 +157,7 @@ class LangMem(MemorySystem):
                 # The reference leaves the temperature to the model's default (the gateway sends the role's).
                 chat, store = self._clients(session.base_url, session.api_key, temperature=None)
                 agents[speaker] = (langmem_agent.build_agent(chat, store), store)
-            token = _ids.set(_Sequence(view.memory_id))
+            token = ids.set(IdSequence(view.memory_id))
             try:
                 for s in view.sessions:
                     for t in s.turns:
@@ -201,7 +170,7 @@ class LangMem(MemorySystem):
                                                f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
                     self.ctx.advance(1)
             finally:
-                _ids.reset(token)
+                ids.reset(token)
             saved = {speaker: (store.search(langmem_agent.NAMESPACE, limit=1_000_000),
                                agent.get_state(config).values.get("messages", []))
                      for speaker, (agent, store) in agents.items()}
@@ -221,7 +190,7 @@ class LangMem(MemorySystem):
         config = langmem_agent.thread_config(mid)
         evidence: list[Evidence] = []
         with self._gateway().session(spent) as session, langmem_agent.frozen_clock():
-            token = _ids.set(_Sequence(f"{mid}\x00{question.qid}"))
+            token = ids.set(IdSequence(f"{mid}\x00{question.qid}"))
             try:
                 for speaker, block in saved.items():
                     chat, store = self._clients(session.base_url, session.api_key, temperature=None)
@@ -231,7 +200,7 @@ class LangMem(MemorySystem):
                     result = agent.invoke({"messages": [*block["thread"], ask]}, config=config)
                     evidence.append(Evidence(langmem_agent.reply_text(result["messages"][-1]), [], "", None, speaker))
             finally:
-                _ids.reset(token)
+                ids.reset(token)
         spent.seconds = round(time.perf_counter() - started, 4)
         return Found(evidence, spent, {"agents": len(evidence)})
 

@@ -26,7 +26,10 @@ questions); the store's clock is frozen (``FROZEN_AT``), because the items' ``cr
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
+import threading
+import uuid
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,6 +48,39 @@ STATE_FILE = "agents.json"
 _frozen: contextvars.ContextVar[Optional[datetime]] = contextvars.ContextVar("langmem_clock", default=None)
 
 
+# ---------------------------------------------------------------------------- deterministic ids
+# LangMem, trustcall and LangMem's tools name new memories with ``uuid4``; the ids appear in later
+# prompts, so random ids would change every cache key. Both protocols draw them from a sequence
+# seeded by the memory (and, for a search, the question) while they run.
+ids: contextvars.ContextVar[Optional["IdSequence"]] = contextvars.ContextVar("langmem_ids", default=None)
+PATCH_LOCK = threading.Lock()
+
+
+class IdSequence:
+    """uuid4 replacements for one memory's ingestion: the n-th id is a hash of (memory id, n)."""
+
+    def __init__(self, seed: str) -> None:
+        self.seed, self.n, self.lock = seed, 0, threading.Lock()
+
+    def next(self) -> uuid.UUID:
+        with self.lock:
+            self.n += 1
+            n = self.n
+        return uuid.UUID(bytes=hashlib.sha256(f"{self.seed}\x00{n}".encode("utf-8")).digest()[:16], version=4)
+
+
+class DeterministicUuid:
+    """The ``uuid`` module as LangMem and trustcall see it: ``uuid4`` from the current sequence."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(uuid, name)
+
+    @staticmethod
+    def uuid4() -> uuid.UUID:
+        seq = ids.get()
+        return seq.next() if seq is not None else uuid.uuid4()
+
+
 class _Clock(datetime):
     """``datetime`` as LangGraph's in-memory store sees it: ``now()`` is ``FROZEN_AT`` while an agent of
     the native protocol runs (the context variable is set), the real clock otherwise."""
@@ -60,12 +96,11 @@ def _patch_modules() -> None:
     import langgraph.store.memory as store_memory
     import langmem.knowledge.tools as tools
 
-    from common.systems.langmem import _DeterministicUuid
-
-    if not isinstance(tools.uuid, _DeterministicUuid):
-        tools.uuid = _DeterministicUuid()
-    if store_memory.datetime is not _Clock:
-        store_memory.datetime = _Clock  # type: ignore[misc]
+    with PATCH_LOCK:
+        if not isinstance(tools.uuid, DeterministicUuid):
+            tools.uuid = DeterministicUuid()
+        if store_memory.datetime is not _Clock:
+            store_memory.datetime = _Clock  # type: ignore[misc]
 
 
 class frozen_clock:
