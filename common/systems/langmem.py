@@ -150,6 +150,7 @@ class LangMem(MemorySystem):
     def _ingest_agents(self, view: MemoryView, state_dir: Path) -> Spent:
         """The native protocol: every message, in order, to its speaker's agent (one thread each)."""
         spent, started = Spent(), time.perf_counter()
+        _import_langmem()  # tracing off before LangChain is imported
         config = langmem_agent.thread_config(view.memory_id)
         agents: dict[str, Any] = {}
         with self._gateway().session(spent) as session, langmem_agent.frozen_clock():
@@ -185,6 +186,7 @@ class LangMem(MemorySystem):
         """The native protocol: the question to each speaker's agent, on its thread as ingestion left it;
         each agent's last reply is that speaker's evidence (mem0's answer prompt reads them)."""
         spent, started = Spent(), time.perf_counter()
+        _import_langmem()
         mid = question.memory_id
         saved = langmem_agent.load(self.ctx.state_dir / mid / langmem_agent.STATE_FILE)
         config = langmem_agent.thread_config(mid)
