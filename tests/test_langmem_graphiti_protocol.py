@@ -9,6 +9,7 @@ import asyncio
 import importlib.util
 import json
 import re
+import warnings
 from collections import Counter, defaultdict
 from types import SimpleNamespace
 
@@ -254,3 +255,49 @@ def test_no_native_request_depends_on_gold_fields(tmp_path, fake_server, monkeyp
                            if b.get("input") != ["dimension probe"]))
     assert sent[0] and sent[0] == sent[1], f"a gold field changed what {name} sent under the native protocol"
     assert "POISON" not in json.dumps(sent[1])
+
+
+def test_the_level_by_level_bfs_keeps_graphitis_depth_and_direction(tmp_path):
+    """A chain with a branch and a cycle: facts within 1, 2, 3 hops along their direction, nearest
+    first, exactly those graphiti-core's own Kuzu query finds (an incoming fact is never followed)."""
+    if importlib.util.find_spec("graphiti_core") is None:
+        pytest.skip("graphiti-core not installed (requirements-systems.txt)")
+    from datetime import datetime, timezone
+
+    from common.systems.graphiti import _import_graphiti
+    from common.systems.graphiti_bfs import kuzu_edge_bfs
+
+    _import_graphiti()
+    from graphiti_core.driver.kuzu_driver import KuzuDriver
+    from graphiti_core.edges import EntityEdge
+    from graphiti_core.nodes import EntityNode
+    from graphiti_core.search import search_utils
+    from graphiti_core.search.search_filters import SearchFilters
+
+    async def check():
+        with warnings.catch_warnings():  # graphiti-core 0.31 marks its Kuzu backend deprecated
+            warnings.simplefilter("ignore", DeprecationWarning)
+            driver = KuzuDriver(db=str(tmp_path / "g.kuzu"))
+        driver._database = "g"
+        now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+        nodes = {n: EntityNode(name=n, group_id="g", labels=["Entity"], summary=n, created_at=now,
+                               name_embedding=[0.1] * 4) for n in "ABCDEFG"}
+        for node in nodes.values():
+            await node.save(driver)
+        for s, t in [("A", "B"), ("B", "C"), ("C", "D"), ("D", "E"), ("B", "F"), ("G", "A"), ("E", "A")]:
+            await EntityEdge(source_node_uuid=nodes[s].uuid, target_node_uuid=nodes[t].uuid, name="R",
+                             fact=f"{s}->{t}", group_id="g", created_at=now, episodes=[],
+                             fact_embedding=[0.1] * 4, valid_at=now).save(driver)
+        expected = {1: ["A->B"], 2: ["A->B", "B->C", "B->F"], 3: ["A->B", "B->C", "B->F", "C->D"]}
+        try:
+            for depth, facts in expected.items():
+                ours = await kuzu_edge_bfs(driver, [nodes["A"].uuid], depth, SearchFilters(), ["g"], 100)
+                theirs = await search_utils.edge_bfs_search(driver, [nodes["A"].uuid], depth, SearchFilters(),
+                                                            ["g"], 100)
+                assert [e.fact for e in ours] == facts and sorted(e.fact for e in theirs) == facts
+            assert [e.fact for e in await kuzu_edge_bfs(driver, [nodes["A"].uuid], 3, SearchFilters(), ["g"], 2)] == \
+                ["A->B", "B->C"]
+        finally:
+            driver.db.close()
+
+    asyncio.run(check())
