@@ -18,8 +18,8 @@ each, Graphiti's recipes as they are (the edges' recipe searches BM25, cosine si
 breadth-first search from the nodes those found; on Kuzu the last runs level by level,
 ``common.systems.graphiti_bfs``), rendered with that script's context template
 (``ZEP_CONTEXT_TEMPLATE``, byte-exact: facts with their ``event_time``, entities with their
-summaries). The harness's answer prompt and judge then read that context like any other system's
-evidence buffer.
+summaries). The harness's answer prompt (common protocol) or Zep's own (native) and the harness's
+judge then read that context like any other system's evidence buffer.
 
 Local and offline: the graph store is Kuzu, embedded (one database file per memory under the
 memory's state directory; a rerun opens it again). Graphiti's LLM, embedder and reranker are its
@@ -164,6 +164,9 @@ class Graphiti(MemorySystem):
     stages = PROTOCOL_STAGES
     role = "memory"
     uses_gateway = True
+    # Under the native protocol 07 answers with Zep's own LoCoMo answer prompt (zep_locomo_responses.py:
+    # common/prompts/answer_zep_system.txt and answer_zep_user.txt, byte for byte) over Zep's context.
+    native_answer_prompt = "zep"
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
