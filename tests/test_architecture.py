@@ -33,9 +33,9 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          "openai",
          # BEAM's official scorer repairs a malformed judge reply with json_repair: only that path needs it.
          "json_repair",
-         # LangMem and its LangChain clients (method.name=langmem only, after tracing is set off),
-         # and the gateway's server (requirements-systems.txt: imported when a gateway starts).
-         "langmem", "trustcall", "langchain_openai", "langgraph", "aiohttp",
+         # LangMem and its LangChain clients and messages (method.name=langmem only, after tracing is
+         # set off), and the gateway's server (requirements-systems.txt: imported when a gateway starts).
+         "langmem", "trustcall", "langchain_openai", "langchain_core", "langgraph", "aiohttp",
          # Graphiti and its embedded graph store (method.name=graphiti only, after telemetry is set off).
          "graphiti_core", "kuzu",
          # Ray (run.executor: ray only): a second or more to import, and a local cluster to start.

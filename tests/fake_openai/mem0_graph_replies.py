@@ -27,7 +27,7 @@ from tests.fake_openai.scripted import (
     GATEWAY_PREFIX,
     STOPWORDS,
     TEXT_KINDS_BY_PROMPT,
-    TOOL_ARGS_BY_PROMPT,
+    TOOL_CALLS_BY_PROMPT,
     WORD_RE,
     _message_text,
     content_words,
@@ -112,4 +112,4 @@ def graph_tool_args(name: str, messages: list[dict[str, Any]]) -> Optional[dict[
 
 
 TEXT_KINDS_BY_PROMPT[PROMPT_ID] = memory_reply
-TOOL_ARGS_BY_PROMPT[PROMPT_ID] = graph_tool_args
+TOOL_CALLS_BY_PROMPT[PROMPT_ID] = graph_tool_args

@@ -45,6 +45,7 @@ PROMPT_KINDS: dict[str, str] = {
     "answer_mem0_user": "answer",  # answer.prompt: mem0 (one system message)
     "answer_beam_user": "answer",  # answer.prompt: beam (the official BEAM runner's RAG template)
     "answer_realtalk_user": "answer",  # answer.prompt: realtalk (evaluate_memory.py's QA prompt)
+    "answer_zep_user": "answer",  # Graphiti's native answer: Zep's own LoCoMo answer prompt
     # mem0's own fact-extraction prompt (mem0ai 2.2.1 makes one additive ADD-only call per add;
     # its memory-update decisions are part of that reply), sent by common.systems.mem0.
     "mem0_extraction": "mem0_extraction",
@@ -212,9 +213,15 @@ def synthesize(schema: Any, text: str, root: Optional[dict[str, Any]] = None) ->
 # ``gateway.<system>`` prompt id -> which offered function a reply calls when the request leaves the
 # choice to the model (``tool_choice`` auto or required), given the offered names and the messages:
 # an agent whose loop ends only when its model calls a terminal tool registers the course a model
-# would take. None, or a name not offered, leaves the first offered function; the arguments stay a
-# minimal instance of the chosen function's parameters.
+# would take. None, or a name not offered, leaves the first offered function; ``NO_TOOL`` makes the
+# reply plain text (an agent whose loop ends when its model stops calling tools). The arguments stay a
+# minimal instance of the chosen function's parameters, unless ``TOOL_ARGS_BY_PROMPT`` builds them.
 TOOL_CHOICE_BY_PROMPT: dict[str, Callable[[list[str], list[dict[str, Any]]], Optional[str]]] = {}
+NO_TOOL = "\x00no tool"
+# (``gateway.<system>`` prompt id, function name) -> its arguments, built from the messages: a function
+# whose parameters are all optional (a minimal instance would be empty) gets the ones a model would
+# fill in; the reply is still checked against the function's declared parameters.
+TOOL_ARGS_BY_PROMPT: dict[tuple[str, str], Callable[[list[dict[str, Any]]], dict[str, Any]]] = {}
 
 
 def _chosen_tool(tools: list[Any], choice: Any, prompt_id: Optional[str] = None,
@@ -230,6 +237,8 @@ def _chosen_tool(tools: list[Any], choice: Any, prompt_id: Optional[str] = None,
         return next((f for f in functions if f.get("name") == name), functions[0])
     pick = TOOL_CHOICE_BY_PROMPT.get((prompt_id or "").strip())
     name = pick([str(f.get("name")) for f in functions], messages or []) if pick else None
+    if name == NO_TOOL and choice in (None, "auto"):
+        return None
     return next((f for f in functions if f.get("name") == name), functions[0])
 
 
@@ -237,7 +246,7 @@ def _chosen_tool(tools: list[Any], choice: Any, prompt_id: Optional[str] = None,
 # request's messages (a function of the tool's name and the messages; None: the model calls no
 # tool), for a system whose tool calls must carry what its messages say (mem0's graph memory: the
 # entities and relations of the text it sends); the arguments name only the tool's parameters.
-TOOL_ARGS_BY_PROMPT: dict[str, Callable[[str, list[dict[str, Any]]], Optional[dict[str, Any]]]] = {}
+TOOL_CALLS_BY_PROMPT: dict[str, Callable[[str, list[dict[str, Any]]], Optional[dict[str, Any]]]] = {}
 
 # ``gateway.<system>`` prompt id -> the plain-text reply (built from the prompt text) to that
 # system's requests that carry neither a json_schema nor tools: an outside system in its own
@@ -267,7 +276,7 @@ def _generic_reply(body: dict[str, Any], text: str, prompt_id: Optional[str]) ->
         schema = spec.get("schema") or {}
         return json.dumps(builder(text, schema) if builder else synthesize(schema, text)), []
     tool = _chosen_tool(body.get("tools") or [], body.get("tool_choice"), prompt_id, body.get("messages"))
-    build_args = TOOL_ARGS_BY_PROMPT.get((prompt_id or "").strip())
+    build_args = TOOL_CALLS_BY_PROMPT.get((prompt_id or "").strip())
     if tool is not None and build_args is not None:
         built = build_args(str(tool.get("name")), body.get("messages") or [])
         if built is None:  # the model calls no tool: a plain reply
@@ -276,7 +285,9 @@ def _generic_reply(body: dict[str, Any], text: str, prompt_id: Optional[str]) ->
         return "", [{"id": call_id, "type": "function",
                      "function": {"name": tool.get("name"), "arguments": json.dumps(built)}}]
     if tool is not None:
-        args = synthesize(tool.get("parameters") or {"type": "object"}, text)
+        build = TOOL_ARGS_BY_PROMPT.get(((prompt_id or "").strip(), str(tool.get("name"))))
+        args = build(body.get("messages") or []) if build else \
+            synthesize(tool.get("parameters") or {"type": "object"}, text)
         call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
         return "", [{"id": call_id, "type": "function",
                      "function": {"name": tool.get("name"), "arguments": json.dumps(args)}}]
@@ -971,6 +982,36 @@ def letta_agent_tool(names: list[str], messages: list[dict[str, Any]]) -> Option
 
 
 TOOL_CHOICE_BY_PROMPT[GATEWAY_PREFIX + "letta"] = letta_agent_tool
+
+
+# --------------------------------------------------------------------------- LangMem's agents (native)
+# LangMem under the native protocol (common.systems.langmem_agent): one ReAct agent per speaker, offered
+# manage_memory and search_memory with the choice left to the model. A model that is handed a
+# message ("<date> | <speaker>: <text>") stores it; handed a question, it searches; once a tool has
+# answered, it replies in text, which ends the agent's loop.
+LANGMEM_MESSAGE_RE = re.compile(r"^.* \| [^:\n]+: ", re.DOTALL)
+
+
+def _last(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return messages[-1] if messages and isinstance(messages[-1], dict) else {}
+
+
+def langmem_agent_tool(names: list[str], messages: list[dict[str, Any]]) -> Optional[str]:
+    if "manage_memory" not in names:
+        return None  # the common protocol's store manager (trustcall): its own tool
+    last = _last(messages)
+    if last.get("role") == "tool":
+        return NO_TOOL
+    return "manage_memory" if LANGMEM_MESSAGE_RE.match(_message_text(last)) else "search_memory"
+
+
+def langmem_memory_args(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """manage_memory's arguments: the message handed to the agent, as a new memory."""
+    return {"content": _message_text(_last(messages))}
+
+
+TOOL_CHOICE_BY_PROMPT[GATEWAY_PREFIX + "langmem"] = langmem_agent_tool
+TOOL_ARGS_BY_PROMPT[(GATEWAY_PREFIX + "langmem", "manage_memory")] = langmem_memory_args
 
 
 # The outside systems whose replies live in modules of their own register themselves here.
