@@ -1,13 +1,14 @@
 """MemoryOS (BAI-LAB; ``memoryos-pro`` on PyPI, the repository's ``memoryos-pypi`` package) behind
 the systems protocol, following the repository's LoCoMo evaluation (``eval/main_loco_parse.py``):
-a conversation's turns become question-answer pages (a turn of the first speaker is the page's
-``user_input``, the next turn of the second speaker its ``agent_response``, the session's date its
-timestamp) added one by one (``Memoryos.add_memory``: short-term memory, evicted into mid-term
+a conversation's turns become question-answer pages (a turn of ``speaker_a``, the user as the
+authors fix it, is the page's ``user_input``, the next turn of ``speaker_b`` its ``agent_response``,
+the session's date its timestamp) added one by one (``Memoryos.add_memory``: short-term memory, evicted into mid-term
 segments, heat-triggered profile and knowledge updates); a question is answered from
 ``retriever.retrieve_context`` (pages of the hottest segments, user and assistant knowledge), and
 the buffer is rendered as ``Memoryos.get_response`` lays out its prompt's memory parts (recent
 history, historical memory pages with their time and chain overview, the user profile and
-knowledge, the assistant's knowledge).
+knowledge, the assistant's knowledge), with the speakers' names where it says User and Assistant,
+as the evaluation's answer prompt writes them.
 
 Its embeddings are SentenceTransformer models loaded from the Hugging Face hub; here its
 ``get_embedding`` is replaced by the endpoint's (``OPENAI_BASE_URL``, ``HARNESS_EMBED_MODEL``), as
@@ -15,6 +16,9 @@ every other system's embedder is. Its LLM client is given ``OPENAI_BASE_URL``.
 """
 from __future__ import annotations
 
+import json
+import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -25,11 +29,14 @@ import _protocol as proto  # noqa: E402  (the directory above is the protocol's 
 # eval/main_loco_parse.py: short-term capacity 1 (every page goes on to mid-term), mid-term 2000,
 # retrieval queue 10.
 SETTINGS = {"short_term_capacity": 1, "mid_term_capacity": 2000, "retrieval_queue_capacity": 10}
+SPEAKERS_FILE = "harness_speakers.json"  # who is the user and who the assistant, for a later search process
+RETRIEVERS = ("_retrieve_mid_term_context", "_retrieve_user_knowledge", "_retrieve_assistant_knowledge")
 
 
-def pages_of(sessions: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """Question-answer pages as eval/main_loco_parse.py builds them from LoCoMo turns."""
-    first = sessions[0]["turns"][0]["speaker"] if sessions and sessions[0]["turns"] else ""
+def pages_of(sessions: list[dict[str, Any]], user: Optional[str] = None) -> list[dict[str, str]]:
+    """Question-answer pages as eval/main_loco_parse.py builds them from LoCoMo turns: a turn of
+    ``user`` (the authors fix ``speaker_a``; without it, the first speaker seen) opens a page."""
+    first = user or (sessions[0]["turns"][0]["speaker"] if sessions and sessions[0]["turns"] else "")
     pages: list[dict[str, str]] = []
     for session in sessions:
         for turn in session["turns"]:
@@ -63,12 +70,51 @@ def gateway_embeddings() -> None:
         module.get_embedding = get_embedding
 
 
+def names_in(text: str, user: str, assistant: str) -> str:
+    """The profile and knowledge with the speakers' names for "user" and "assistant", as the
+    evaluation's answer prompt substitutes them (case-insensitive whole words)."""
+    text = re.sub(r"(?i)\buser\b", lambda _: user, text)
+    return re.sub(r"(?i)\bassistant\b", lambda _: assistant, text)
+
+
+def page_text(page: dict[str, Any], user: str, assistant: str) -> str:
+    return f"{user}: {page.get('user_input', '')}\n{assistant}: {page.get('agent_response', '')}"
+
+
+def count_swallowed_errors(retriever: Any) -> None:
+    """``retrieve_context`` runs its three searches in threads and prints, then drops, an exception
+    of any of them: each is logged at ERROR here first, so the search's reply counts it."""
+    for name in RETRIEVERS:
+        fn = getattr(retriever, name)
+
+        def logged(*args: Any, _fn: Any = fn, _name: str = name, **kwargs: Any) -> Any:
+            try:
+                return _fn(*args, **kwargs)
+            except Exception as exc:
+                logging.getLogger("memoryos.retriever").error("%s failed: %s: %s", _name, type(exc).__name__, exc)
+                raise
+        setattr(retriever, name, logged)
+
+
 class MemoryOSAdapter(proto.Adapter):
     system = "memoryos"
 
     def __init__(self) -> None:
         self.memories: dict[str, Any] = {}
         self.patched = False
+
+    def settings(self) -> dict[str, Any]:
+        # The same under both protocols: the evaluation's capacities, its user = speaker_a.
+        return {**SETTINGS, "user": "speaker_a", "speaker_names": True}
+
+    def _speakers(self, memory_id: str) -> tuple[str, str]:
+        """(user, assistant): the request's speaker_a and speaker_b, else those the ingestion saved."""
+        a, b = self.speakers.get("speaker_a") or "", self.speakers.get("speaker_b") or ""
+        saved = self._root(memory_id) / SPEAKERS_FILE
+        if not (a and b) and saved.is_file():
+            kept = json.loads(saved.read_text(encoding="utf-8"))
+            a, b = a or kept.get("speaker_a", ""), b or kept.get("speaker_b", "")
+        return a or "User", b or "Assistant"
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -92,39 +138,52 @@ class MemoryOSAdapter(proto.Adapter):
 
     def ingest(self, memory_id: str, sessions: list[dict[str, Any]]) -> tuple[int, list[str]]:
         memory = self._open(memory_id)
-        pages = pages_of(sessions)
+        user, assistant = self._speakers(memory_id)
+        pages = pages_of(sessions, self.speakers.get("speaker_a") or None)
+        (self._root(memory_id) / SPEAKERS_FILE).write_text(
+            json.dumps({"speaker_a": user, "speaker_b": assistant}), encoding="utf-8")
         for page in pages:
             memory.add_memory(page["user_input"], page["agent_response"], timestamp=page["timestamp"])
         mid = memory.mid_term_memory
         stored = sum(len(s.get("details", [])) for s in mid.sessions.values()) + len(memory.short_term_memory.get_all())
+        long = memory.user_long_term_memory
+        self.note_built(pages=len(pages), segments=len(mid.sessions),
+                        user_knowledge=len(getattr(long, "knowledge_base", []) or []),
+                        assistant_knowledge=len(getattr(memory.assistant_long_term_memory, "assistant_knowledge", [])
+                                                or []))
         return stored, []
 
     def search(self, memory_id: str, question: str, question_date: Optional[str],
                limit: int) -> tuple[list[dict[str, Any]], str]:
         memory = self._open(memory_id)
+        user, agent = self._speakers(memory_id)
+        if not getattr(memory.retriever, "_harness_counted", False):
+            count_swallowed_errors(memory.retriever)
+            memory.retriever._harness_counted = True
         found = memory.retriever.retrieve_context(user_query=question, user_id=memory.user_id)
         pages = found["retrieved_pages"][:limit]
         evidence: list[dict[str, Any]] = [
-            {"text": f"User: {p.get('user_input', '')}\nAssistant: {p.get('agent_response', '')}",
-             "score": None, "source_turn_ids": []} for p in pages]
-        evidence += [{"text": k["knowledge"], "score": None, "source_turn_ids": []}
+            {"text": page_text(p, user, agent), "score": None, "source_turn_ids": []} for p in pages]
+        evidence += [{"text": names_in(k["knowledge"], user, agent), "score": None, "source_turn_ids": []}
                      for k in found["retrieved_user_knowledge"] + found["retrieved_assistant_knowledge"]]
-        history = "\n".join(f"User: {qa.get('user_input', '')}\nAssistant: {qa.get('agent_response', '')} "
-                            f"(Time: {qa.get('timestamp', '')})" for qa in memory.short_term_memory.get_all())
-        retrieval = "\n".join(f"【Historical Memory】\nUser: {p.get('user_input', '')}\nAssistant: "
-                              f"{p.get('agent_response', '')}\nTime: {p.get('timestamp', '')}\n"
+        history = "\n".join(f"{page_text(qa, user, agent)} (Time: {qa.get('timestamp', '')})"
+                            for qa in memory.short_term_memory.get_all())
+        retrieval = "\n".join(f"【Historical Memory】\n{page_text(p, user, agent)}\nTime: {p.get('timestamp', '')}\n"
                               f"Conversation chain overview: {p.get('meta_info', 'N/A')}" for p in pages)
         profile = memory.user_long_term_memory.get_raw_user_profile(memory.user_id)
         if not profile or str(profile).lower() == "none":
             profile = "No detailed profile available yet."
+        profile = names_in(str(profile), user, agent)
+
         def entries(items: list[dict[str, Any]]) -> str:
-            return "".join(f"- {k['knowledge']} (Recorded: {k['timestamp']})\n" for k in items)
+            return "".join(f"- {names_in(k['knowledge'], user, agent)} (Recorded: {k['timestamp']})\n" for k in items)
 
         knowledge = entries(found["retrieved_user_knowledge"])
         assistant = (entries(found["retrieved_assistant_knowledge"])
                      or "- No relevant assistant knowledge found for this query.\n")
-        context = (f"Recent conversation:\n{history}\n\nRelevant past conversations:\n{retrieval}\n\n"
-                   f"【User Profile】\n{profile}\n"
+        context = (f"Recent conversation between {user} and {agent}:\n{history}\n\n"
+                   f"Relevant past conversations:\n{retrieval}\n\n"
+                   f"【User Profile】 ({user})\n{profile}\n"
                    + (f"\n【Relevant User Knowledge Entries】\n{knowledge}" if knowledge else "")
                    + f"\n【Assistant Knowledge Base】\n{assistant}")
         return evidence, context

@@ -1,0 +1,103 @@
+"""MemoryOS, HippoRAG and Cognee as their authors run them, checked from what reaches the fake
+server and what comes back (each adapter in its own environment, driven by tests/systems_driver.py):
+
+* MemoryOS: the user is ``speaker_a`` (conv-30, whose first turn is speaker_b's), and the speakers'
+  names stand for User and Assistant in its pages and its buffer;
+* HippoRAG: with the fake's replies OpenIE gives no triple, so every search falls back to dense
+  passage retrieval, and says so (``fallbacks``) with what the memory holds (``built``);
+* Cognee: the native protocol searches GRAPH_COMPLETION and answers with cognee's own completion,
+  the common one searches CHUNKS; each ingestion says how many graph nodes and edges it built.
+
+The environments take minutes to build (``systems``; HippoRAG and Cognee 10 minutes or more:
+``systems_heavy``). The fast checks of the same seams, without any environment, are in
+tests/test_own_env_cards.py."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests import systems_driver as driver
+
+
+def _conversation(sample: str) -> dict:
+    data = json.loads(driver.LOCOMO.read_text(encoding="utf-8"))
+    return next(c for c in data if c["sample_id"] == sample)["conversation"]
+
+
+def _segment_summary(store: Path) -> dict:
+    """A question equal to the text of MemoryOS's first mid-term segment summary: the fake server's
+    vectors are hashes of the text, so that question's vector is the segment's (similarity 1) and
+    retrieval gets past the segment threshold; which pages pass is then the system's own scoring."""
+    mid = next(store.glob("memoryos/*/users/*/mid_term.json"))
+    sessions = json.loads(mid.read_text(encoding="utf-8"))["sessions"]
+    return {"question": next(iter(sessions.values()))["summary"]}
+
+
+@pytest.mark.systems
+def test_memoryos_user_is_speaker_a_and_its_pages_and_buffer_name_the_speakers():
+    conv = _conversation("conv-30")
+    a, b = conv["speaker_a"], conv["speaker_b"]
+    first, second = conv["session_1"][0], conv["session_1"][1]
+    assert first["speaker"] == b and second["speaker"] == a  # conv-30 opens with speaker_b
+    run = driver.drive("memoryos", sample="conv-30", ask=_segment_summary)
+    hello, ingest, search = (run.replies[k] for k in ("hello", "ingest", "search"))
+    assert hello["settings"]["user"] == "speaker_a" and ingest["ok"], (hello, run.stderr[-3000:])
+    # What reached the endpoint: MemoryOS embeds each page as "User: <user_input> Assistant: <agent_response>";
+    # speaker_a's first turn is a page's user input, answered by speaker_b's next turn.
+    embedded = {t for r in run.requests if "input" in r
+                for t in (r["input"] if isinstance(r["input"], list) else [r["input"]])}
+    third = conv["session_1"][2]
+    assert f"User: {second['text']} Assistant: {third['text']}" in embedded
+    assert not any(t.startswith(f"User: {first['text']}") for t in embedded)  # speaker_b never the user
+    assert ingest["built"]["pages"] > 0 and ingest["built"]["segments"] >= 1
+    # The buffer and the pages in it carry the speakers' names, never "User:"/"Assistant:".
+    assert search["ok"] and search["evidence"], (search, run.stderr[-3000:])
+    context = search["context"]
+    assert f"Recent conversation between {a} and {b}" in context
+    assert f"【Historical Memory】\n{a}: " in context and f"\n{b}: " in context
+    assert "\nUser: " not in context and "\nAssistant: " not in context
+    pages = [e["text"] for e in search["evidence"] if e["text"].startswith(f"{a}: ")]
+    assert pages and all(f"\n{b}: " in p for p in pages)
+    assert run.attempts == [] and run.returncode == 0
+
+
+@pytest.mark.systems
+@pytest.mark.systems_heavy
+def test_hipporag_reports_its_dense_fallback_and_what_it_built():
+    run = driver.drive("hipporag")
+    ingest, search = run.replies["ingest"], run.replies["search"]
+    assert ingest["ok"] and search["ok"], (ingest, search, run.stderr[-3000:])
+    built = ingest["built"]
+    # Two passages (one per session); the fake's OpenIE replies are not JSON: no triple, no fact.
+    assert built["passages"] == 2 and built["triples"] == 0 and built["facts"] == 0
+    assert built["passages_without_triples"] == 2
+    # ... so its search is plain dense passage retrieval, and the reply says so.
+    assert search["fallbacks"] == {"dpr_no_facts": 1}, search
+    assert search["evidence"] and run.attempts == []
+
+
+@pytest.mark.systems
+@pytest.mark.systems_heavy
+@pytest.mark.parametrize("protocol", ["common", "native"])
+def test_cognee_searches_chunks_in_common_and_its_graph_completion_in_native(protocol):
+    run = driver.drive("cognee", protocol=protocol)
+    hello, ingest, search = (run.replies[k] for k in ("hello", "ingest", "search"))
+    assert ingest["ok"] and search["ok"], (ingest, search, run.stderr[-3000:])
+    assert set(ingest["built"]) >= {"graph_nodes", "graph_edges", "chunks"} and ingest["built"]["graph_nodes"] > 0
+    mode = "GRAPH_COMPLETION" if protocol == "native" else "CHUNKS"
+    assert hello["settings"]["search_type"] == mode and hello["answers"] is (protocol == "native")
+    chats = [r for r in run.requests if "messages" in r]
+    if protocol == "native":
+        answer = run.replies["answer"]
+        assert answer["ok"] and answer["answer"], answer
+        # cognee's completion: the question reached the endpoint in a chat request, with the graph's context
+        asked = [r for r in chats if any("What did Caroline research?" in str(m.get("content")) for m in r["messages"])]
+        assert asked, "cognee's GRAPH_COMPLETION made no completion call with the question"
+        assert answer["context"].strip() and answer["evidence"]
+    else:
+        assert "answer" not in run.replies
+        assert not any("What did Caroline research?" in json.dumps(r["messages"]) for r in chats)
+        assert search["evidence"] and all('"dia_id"' in e["text"] for e in search["evidence"])
+    assert run.attempts == []
