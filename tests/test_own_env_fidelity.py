@@ -66,8 +66,9 @@ def test_memoryos_user_is_speaker_a_and_its_pages_and_buffer_name_the_speakers()
 @pytest.mark.systems
 @pytest.mark.systems_heavy
 def test_hipporag_reports_its_dense_fallback_and_what_it_built():
-    run = driver.drive("hipporag")
-    ingest, search = run.replies["ingest"], run.replies["search"]
+    run = driver.drive("hipporag", protocol="native")  # a search, then (native) HippoRAG's own answer
+    hello, ingest, search = (run.replies[k] for k in ("hello", "ingest", "search"))
+    assert hello["answers"] is True and hello["settings"]["answer"] == "rag_qa"
     assert ingest["ok"] and search["ok"], (ingest, search, run.stderr[-3000:])
     built = ingest["built"]
     # Two passages (one per session); the fake's OpenIE replies are not JSON: no triple, no fact.
@@ -76,6 +77,10 @@ def test_hipporag_reports_its_dense_fallback_and_what_it_built():
     # ... so its search is plain dense passage retrieval, and the reply says so.
     assert search["fallbacks"] == {"dpr_no_facts": 1}, search
     assert search["evidence"] and run.attempts == []
+    # Native: rag_qa answers over the passages (its QA prompt, with the question, reached the endpoint).
+    answer = run.replies["answer"]
+    assert answer["ok"] and answer["fallbacks"] == {"dpr_no_facts": 1} and answer["answer"], answer
+    assert any("Question: What did Caroline research?" in json.dumps(r.get("messages")) for r in run.requests)
 
 
 @pytest.mark.systems

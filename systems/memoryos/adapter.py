@@ -29,6 +29,9 @@ import _protocol as proto  # noqa: E402  (the directory above is the protocol's 
 # eval/main_loco_parse.py: short-term capacity 1 (every page goes on to mid-term), mid-term 2000,
 # retrieval queue 10.
 SETTINGS = {"short_term_capacity": 1, "mid_term_capacity": 2000, "retrieval_queue_capacity": 10}
+# Its retrieval call: segment, page and knowledge thresholds of 0.1 (the package's own default for
+# knowledge is 0.01).
+THRESHOLDS = {"segment_similarity_threshold": 0.1, "page_similarity_threshold": 0.1, "knowledge_threshold": 0.1}
 SPEAKERS_FILE = "harness_speakers.json"  # who is the user and who the assistant, for a later search process
 RETRIEVERS = ("_retrieve_mid_term_context", "_retrieve_user_knowledge", "_retrieve_assistant_knowledge")
 
@@ -105,7 +108,7 @@ class MemoryOSAdapter(proto.Adapter):
 
     def settings(self) -> dict[str, Any]:
         # The same under both protocols: the evaluation's capacities, its user = speaker_a.
-        return {**SETTINGS, "user": "speaker_a", "speaker_names": True}
+        return {**SETTINGS, **THRESHOLDS, "user": "speaker_a", "speaker_names": True}
 
     def _speakers(self, memory_id: str) -> tuple[str, str]:
         """(user, assistant): the request's speaker_a and speaker_b, else those the ingestion saved."""
@@ -160,7 +163,7 @@ class MemoryOSAdapter(proto.Adapter):
         if not getattr(memory.retriever, "_harness_counted", False):
             count_swallowed_errors(memory.retriever)
             memory.retriever._harness_counted = True
-        found = memory.retriever.retrieve_context(user_query=question, user_id=memory.user_id)
+        found = memory.retriever.retrieve_context(user_query=question, user_id=memory.user_id, **THRESHOLDS)
         pages = found["retrieved_pages"][:limit]
         evidence: list[dict[str, Any]] = [
             {"text": page_text(p, user, agent), "score": None, "source_turn_ids": []} for p in pages]
