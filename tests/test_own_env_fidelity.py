@@ -5,8 +5,9 @@ server and what comes back (each adapter in its own environment, driven by tests
   names stand for User and Assistant in its pages and its buffer;
 * HippoRAG: with the fake's replies OpenIE gives no triple, so every search falls back to dense
   passage retrieval, and says so (``fallbacks``) with what the memory holds (``built``);
-* Cognee: the native protocol searches GRAPH_COMPLETION and answers with cognee's own completion,
-  the common one searches CHUNKS; each ingestion says how many graph nodes and edges it built.
+* Cognee: the native protocol runs cognee's own LoCoMo evaluation (dated 6-turn windows, the hybrid
+  retriever and its completion with the evaluation's answer prompt), the common one searches
+  CHUNKS; each ingestion says how many graph nodes and edges it built.
 
 The environments take minutes to build (``systems``; HippoRAG and Cognee 10 minutes or more:
 ``systems_heavy``). The fast checks of the same seams, without any environment, are in
@@ -86,23 +87,28 @@ def test_hipporag_reports_its_dense_fallback_and_what_it_built():
 @pytest.mark.systems
 @pytest.mark.systems_heavy
 @pytest.mark.parametrize("protocol", ["common", "native"])
-def test_cognee_searches_chunks_in_common_and_its_graph_completion_in_native(protocol):
+def test_cognee_searches_chunks_in_common_and_its_locomo_evaluations_hybrid_retrieval_in_native(protocol):
     run = driver.drive("cognee", protocol=protocol)
     hello, ingest, search = (run.replies[k] for k in ("hello", "ingest", "search"))
     assert ingest["ok"] and search["ok"], (ingest, search, run.stderr[-3000:])
-    assert set(ingest["built"]) >= {"graph_nodes", "graph_edges", "chunks"} and ingest["built"]["graph_nodes"] > 0
-    mode = "GRAPH_COMPLETION" if protocol == "native" else "CHUNKS"
+    built = ingest["built"]
+    assert set(built) == {"graph_nodes", "graph_edges", "chunks"} and built["graph_nodes"] > 0 and built["chunks"] > 0
+    mode = "HYBRID_COMPLETION" if protocol == "native" else "CHUNKS"
     assert hello["settings"]["search_type"] == mode and hello["answers"] is (protocol == "native")
-    chats = [r for r in run.requests if "messages" in r]
+    chats = [json.dumps(r["messages"]) for r in run.requests if "messages" in r]
+    question = "What did Caroline research?"
+    header = "Session 1 of the conversation between Caroline and Melanie, which took place at 1:56 pm on 8 May, 2023"
     if protocol == "native":
+        # cognee's LoCoMo evaluation: dated 6-turn windows reach its extraction prompts ...
+        assert any(header in c for c in chats), "no dated window reached cognify"
+        # ... and its completion asks the question under the evaluation's one answer prompt
         answer = run.replies["answer"]
-        assert answer["ok"] and answer["answer"], answer
-        # cognee's completion: the question reached the endpoint in a chat request, with the graph's context
-        asked = [r for r in chats if any("What did Caroline research?" in str(m.get("content")) for m in r["messages"])]
-        assert asked, "cognee's GRAPH_COMPLETION made no completion call with the question"
+        assert answer["ok"] and answer["answer"], (answer, run.stderr[-3000:])
+        asked = [c for c in chats if question in c]
+        assert asked and any("You answer a question about a conversation between two people" in c for c in asked)
         assert answer["context"].strip() and answer["evidence"]
     else:
-        assert "answer" not in run.replies
-        assert not any("What did Caroline research?" in json.dumps(r["messages"]) for r in chats)
+        assert "answer" not in run.replies and not any(header in c for c in chats)
+        assert not any(question in c for c in chats)  # a chunk search: no LLM call with the question
         assert search["evidence"] and all('"dia_id"' in e["text"] for e in search["evidence"])
     assert run.attempts == []
