@@ -198,7 +198,7 @@ class CogneeAdapter(proto.Adapter):
         seen = list(dict.fromkeys(t["speaker"] for s in sessions for t in s["turns"])) + ["", ""]
         return self.speakers.get("speaker_a") or seen[0], self.speakers.get("speaker_b") or seen[1]
 
-    async def _built(self) -> dict[str, int]:
+    async def _graph_counts(self) -> dict[str, int]:
         """The graph cognee built for this memory (its own store): nodes, edges, chunk nodes."""
         from cognee.infrastructure.databases.graph import get_graph_engine
 
@@ -226,7 +226,7 @@ class CogneeAdapter(proto.Adapter):
 
         async def run() -> int:
             await (native() if self.protocol == "native" else common())
-            self.note_built(**await self._built())
+            self.note_built(**await self._graph_counts())
             from cognee.api.v1.search import SearchType
             # What the memory holds: the chunks cognee indexed (a search wide enough for all).
             found = await cognee.search(query_text="conversation", query_type=SearchType.CHUNKS,
