@@ -42,9 +42,11 @@ def test_memoryos_user_is_speaker_a_and_its_pages_and_buffer_name_the_speakers()
     a, b = conv["speaker_a"], conv["speaker_b"]
     first, second = conv["session_1"][0], conv["session_1"][1]
     assert first["speaker"] == b and second["speaker"] == a  # conv-30 opens with speaker_b
-    run = driver.drive("memoryos", sample="conv-30", ask=_segment_summary)
+    # native: a search (the harness's buffer), then MemoryOS's own answer with its evaluation's prompt
+    run = driver.drive("memoryos", sample="conv-30", ask=_segment_summary, protocol="native")
     hello, ingest, search = (run.replies[k] for k in ("hello", "ingest", "search"))
     assert hello["settings"]["user"] == "speaker_a" and ingest["ok"], (hello, run.stderr[-3000:])
+    assert hello["answers"] is True
     # What reached the endpoint: MemoryOS embeds each page as "User: <user_input> Assistant: <agent_response>";
     # speaker_a's first turn is a page's user input, answered by speaker_b's next turn.
     embedded = {t for r in run.requests if "input" in r
@@ -61,6 +63,15 @@ def test_memoryos_user_is_speaker_a_and_its_pages_and_buffer_name_the_speakers()
     assert "\nUser: " not in context and "\nAssistant: " not in context
     pages = [e["text"] for e in search["evidence"] if e["text"].startswith(f"{a}: ")]
     assert pages and all(f"\n{b}: " in p for p in pages)
+    # The evaluation's answer: the model plays speaker_b, the user prompt (the native buffer) names both.
+    answer = run.replies["answer"]
+    assert answer["ok"] and answer["answer"], answer
+    asked = [r["messages"] for r in run.requests if "messages" in r and r["messages"][0]["role"] == "system"
+             and r["messages"][0]["content"].startswith(f"You are role-playing as {b} in a conversation")]
+    assert len(asked) == 1 and asked[0][1]["content"] == answer["context"]
+    assert answer["context"].startswith(f"<CONTEXT>\nRecent conversation between {a} and {b}:")
+    assert f"【Historical Memory】 {a}: " in answer["context"] and f"Characteristics of {a}:" in answer["context"]
+    assert asked[0][0]["content"].find(f"the user is playing is  {a}.") > 0
     assert run.attempts == [] and run.returncode == 0
 
 

@@ -99,6 +99,47 @@ def count_swallowed_errors(retriever: Any) -> None:
         setattr(retriever, name, logged)
 
 
+Items = list[dict[str, Any]]
+
+
+def reference_prompts(question: str, a: str, b: str, history: Items, pages: Items, profile: str,
+                      knowledge: Items, assistant: Items) -> tuple[str, str]:
+    """The system and user prompts of eval/main_loco_parse.py's generate_system_response_with_meta,
+    word for word (its spelling included): the evaluation's own answer prompt."""
+    history_text = "\n".join(f"{a}: {qa.get('user_input', '')}\n{b}: {qa.get('agent_response', '')}\n"
+                             f"Time: ({qa.get('timestamp', '')})" for qa in history)
+    retrieval_text = "\n".join(f"【Historical Memory】 {a}: {p.get('user_input', '')}\n"
+                               f"{b}: {p.get('agent_response', '')}\nTime:({p.get('timestamp', '')})\n"
+                               f"Conversation chain overview:({p.get('meta_info', '')})\n" for p in pages)
+    background = f"【User Profile】\n{profile}\n\n" + "".join(f"{k['knowledge']}\n" for k in knowledge)
+    background = names_in(background, a, b)
+    known = "【Assistant Knowledge】\n" + "".join(f"- {k['knowledge']} ({k['timestamp']})\n" for k in assistant)
+    known = re.sub(r"\bI\b", lambda _: b, known)
+    system = (
+        f"You are role-playing as {b} in a conversation with the user is playing is  {a}. "
+        f"Here are some of your character traits and knowledge:\n{known}\n"
+        f"Any content referring to 'User' in the prompt refers to {a}'s content, and any content referring to "
+        f"'AI'or 'assiant' refers to {b}'s content."
+        f"Your task is to answer questions about {a} or {b} in an extremely concise manner.\n"
+        "When the question is: \"What did the charity race raise awareness for?\", you should not answer in the form "
+        "of: \"The charity race raised awareness for mental health.\" Instead, it should be: \"mental health\", "
+        "as this is more concise.")
+    user = (
+        f"<CONTEXT>\nRecent conversation between {a} and {b}:\n{history_text}\n\n"
+        f"<MEMORY>\nRelevant past conversations:\n{retrieval_text}\n\n"
+        f"<CHARACTER TRAITS>\nCharacteristics of {a}:\n{background}\n\n"
+        f"the question is: {question}\n"
+        f"Your task is to answer questions about {a} or {b} in an extremely concise manner.\n"
+        "Please only provide the content of the answer, without including 'answer:'\n"
+        "For questions that require answering a date or time, strictly follow the format \"15 July 2023\" and "
+        "provide a specific date whenever possible. For example, if you need to answer \"last year,\" give the "
+        "specific year of last year rather than just saying \"last year.\" Only provide one year, date, or time, "
+        "without any extra responses.\n"
+        "If the question is about the duration, answer in the form of several years, months, or days.\n"
+        "Generate answers primarily composed of concrete entities, such as Mentoring program, school speech, etc")
+    return system, user
+
+
 class MemoryOSAdapter(proto.Adapter):
     system = "memoryos"
 
@@ -106,9 +147,32 @@ class MemoryOSAdapter(proto.Adapter):
         self.memories: dict[str, Any] = {}
         self.patched = False
 
+    @property
+    def answers(self) -> bool:  # type: ignore[override]
+        return self.protocol == "native"  # the evaluation answers with its own prompt
+
     def settings(self) -> dict[str, Any]:
-        # The same under both protocols: the evaluation's capacities, its user = speaker_a.
-        return {**SETTINGS, **THRESHOLDS, "user": "speaker_a", "speaker_names": True}
+        # The evaluation's capacities and thresholds, its user = speaker_a, under both protocols.
+        return {**SETTINGS, **THRESHOLDS, "user": "speaker_a", "speaker_names": True,
+                "answer": "generate_system_response_with_meta" if self.protocol == "native" else "harness"}
+
+    def answer(self, memory_id: str, question: str, question_date: Optional[str],
+               limit: int) -> tuple[list[dict[str, Any]], str, str]:
+        """The evaluation's answer: its prompts over what the retrieval found, gpt-4o-mini's
+        settings there (temperature 0.7, 2000 tokens) with the harness's model; an API error
+        raises (the package's own chat_completion would return an error text as the answer)."""
+        evidence, _, found = self._search(memory_id, question, limit)
+        memory = self.memories[memory_id]
+        a, b = self._speakers(memory_id)
+        profile = memory.user_long_term_memory.get_raw_user_profile(memory.user_id)
+        system, user = reference_prompts(question, a, b, memory.short_term_memory.get_all(),
+                                         found["retrieved_pages"][:limit], str(profile),
+                                         found["retrieved_user_knowledge"],
+                                         memory.assistant_long_term_memory.get_assistant_knowledge())
+        reply = memory.client.client.chat.completions.create(
+            model=proto.LLM_MODEL, messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+            temperature=0.7, max_tokens=2000)
+        return evidence, user, str(reply.choices[0].message.content or "").strip()
 
     def _speakers(self, memory_id: str) -> tuple[str, str]:
         """(user, assistant): the request's speaker_a and speaker_b, else those the ingestion saved."""
@@ -158,6 +222,10 @@ class MemoryOSAdapter(proto.Adapter):
 
     def search(self, memory_id: str, question: str, question_date: Optional[str],
                limit: int) -> tuple[list[dict[str, Any]], str]:
+        evidence, context, _ = self._search(memory_id, question, limit)
+        return evidence, context
+
+    def _search(self, memory_id: str, question: str, limit: int) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
         memory = self._open(memory_id)
         user, agent = self._speakers(memory_id)
         if not getattr(memory.retriever, "_harness_counted", False):
@@ -189,7 +257,7 @@ class MemoryOSAdapter(proto.Adapter):
                    f"【User Profile】 ({user})\n{profile}\n"
                    + (f"\n【Relevant User Knowledge Entries】\n{knowledge}" if knowledge else "")
                    + f"\n【Assistant Knowledge Base】\n{assistant}")
-        return evidence, context
+        return evidence, context, found
 
 
 if __name__ == "__main__":
