@@ -44,6 +44,28 @@ out["pages"] = memoryos.pages_of(job["sessions"], job["user"])
 out["names_in"] = memoryos.names_in("The user likes the Assistant; a username stays.", "Jon", "Gina")
 out["page_text"] = memoryos.page_text({"user_input": "hi", "agent_response": "hey"}, "Jon", "Gina")
 out["fallbacks"] = [hipporag.fallback_kind(facts, log) for facts, log in job["reranks"]]
+
+import logging
+class Retriever:  # retrieve_context's three searches; one raises, as a failed embedding call would
+    def _retrieve_mid_term_context(self, *a):
+        return ["page"]
+    def _retrieve_user_knowledge(self, *a):
+        raise ConnectionError("gateway refused")
+    def _retrieve_assistant_knowledge(self, *a):
+        return []
+errors = []
+class Catch(logging.Handler):
+    def emit(self, record):
+        errors.append(record.getMessage())
+logging.getLogger().addHandler(Catch(level=logging.ERROR))
+retriever = Retriever()
+memoryos.count_swallowed_errors(retriever)
+try:
+    retriever._retrieve_user_knowledge("q")
+except ConnectionError:
+    out["raised"] = True
+out["kept"] = retriever._retrieve_mid_term_context("q")
+out["logged"] = errors
 print(json.dumps(out, default=str))
 '''
 
@@ -89,6 +111,13 @@ def test_memoryos_user_is_speaker_a_even_when_speaker_b_opens(adapters):
         ("", "Hey Jon!"), ("Lost my job.", "Sorry, Jon."), ("A dance studio, then.", "")]
     assert adapters["names_in"] == "The Jon likes the Gina; a username stays."
     assert adapters["page_text"] == "Jon: hi\nGina: hey"
+
+
+def test_memoryos_retrieval_errors_it_would_print_and_drop_are_logged_as_errors(adapters):
+    """retrieve_context prints, then drops, an exception of any of its three searches: the adapter
+    logs it at ERROR first (the protocol returns it in the search's errors), and it still raises."""
+    assert adapters["raised"] and adapters["kept"] == ["page"]
+    assert adapters["logged"] == ["_retrieve_user_knowledge failed: ConnectionError: gateway refused"]
 
 
 def test_hipporag_names_why_it_fell_back_to_dense_retrieval(adapters):
