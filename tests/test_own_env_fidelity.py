@@ -104,6 +104,7 @@ def test_cognee_searches_chunks_in_common_and_its_locomo_evaluations_hybrid_retr
     assert ingest["ok"] and search["ok"], (ingest, search, run.stderr[-3000:])
     built = ingest["built"]
     assert set(built) == {"graph_nodes", "graph_edges", "chunks"} and built["graph_nodes"] > 0 and built["chunks"] > 0
+    assert ingest["items"] > 0  # the chunks a CHUNKS search as wide as the memory finds, under both protocols
     mode = "HYBRID_COMPLETION" if protocol == "native" else "CHUNKS"
     assert hello["settings"]["search_type"] == mode and hello["answers"] is (protocol == "native")
     chats = [json.dumps(r["messages"]) for r in run.requests if "messages" in r]
