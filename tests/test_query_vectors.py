@@ -135,9 +135,12 @@ def test_the_memo_stays_bounded():
 def test_the_models_load_is_not_in_the_first_questions_seconds(index):
     emb = OnePerCall(load_on_first=0.3)
     r = Retriever(index, VIEW, emb, RetrieveConfig())
+    t0 = time.perf_counter()
     row = r.retrieve(Q(QUESTIONS[0]), PLANS[0])
-    assert emb.load_seconds == 0.3
-    assert 0 <= row.seconds < 0.3  # the question's own compute, the load apart
+    wall = time.perf_counter() - t0
+    assert emb.load_seconds == 0.3 and wall >= 0.3
+    # The question's own compute: its wall time without the load (no speed is asserted).
+    assert 0 <= row.seconds <= wall - 0.3 + 1e-3
 
 
 def test_a_load_inside_a_bridge_wait_is_not_subtracted_twice(index):
@@ -151,8 +154,10 @@ def test_a_load_inside_a_bridge_wait_is_not_subtracted_twice(index):
 
     p = plan(hop("h1", **PET), hop("h2", entity="Caroline", property="pet", value="$h1.bridge"))
     p.hops[0] = dataclasses.replace(p.hops[0], bridge_request="the pet's name")
+    t0 = time.perf_counter()
     row = r.retrieve(Q(QUESTIONS[0]), p, resolve)
-    assert 0 <= row.seconds < 1.0
+    wall = time.perf_counter() - t0
+    assert 0 <= row.seconds <= wall + 1e-3  # subtracted twice, the 5 s would make it negative
 
 
 # ------------------------------------------------------------------------------ the CPU model
