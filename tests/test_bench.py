@@ -17,7 +17,7 @@ import pytest
 
 from bench.pipeline import LLM_STAGE_KINDS, BenchError, StageResult
 from bench.procs import Measured
-from bench.run import MARKER, fresh_workdir, parse_args
+from bench.run import MARKER, TARGETS, fresh_workdir, parse_args
 from bench.throughput import speedup
 from tests.conftest import REPO, TINY_LOCOMO, rows
 
@@ -67,7 +67,7 @@ def test_llm_stage_calls_and_ratios_match_the_artifacts(bench_out):
         bound = s["calls"] * LATENCY / item["concurrency"]
         assert s["ideal_seconds"] == pytest.approx(bound, abs=1e-3)
         assert s["ratio"] == pytest.approx(s["stage_wall_seconds"] / bound, rel=1e-3)
-        assert s["passed"] == (s["ratio"] <= 1.2)
+        assert s["passed"] == (s["ratio"] <= TARGETS["ratio"]) and TARGETS["ratio"] == 1.10
         assert 0 < s["stage_wall_seconds"] <= s["process_wall_seconds"]
 
 
@@ -102,6 +102,20 @@ def test_retrieval_percentiles_are_those_of_the_per_question_times(bench_out):
     )
     assert 0 < pipeline < bare
     assert item["passed"] == item["variants"]["pipeline"]["passed"]
+
+
+def test_full_run_retrieval_without_bridges_is_the_rows_own_time(bench_out):
+    # The full run's 06 rows add their bridge calls' endpoint latency to their seconds; the figure
+    # judged against the targets takes it out again, row by row.
+    from bench.retrieval import percentiles
+
+    result, run_dir = _result(bench_out), _run_dir(bench_out)
+    item = result["items"]["retrieval"]
+    retrieved = rows(run_dir / "06_retrieve.jsonl")
+    assert item["full_run_06_retrieval_seconds_all"] == percentiles(
+        [r["seconds"] - r["bridge_seconds"] for r in retrieved])
+    assert item["full_run_06_bridge_questions"] == sum(1 for r in retrieved if r["bridge_seconds"])
+    assert "without the bridge calls" in (bench_out / "bench.md").read_text(encoding="utf-8")
 
 
 def test_peak_memory_is_the_largest_stage_process(bench_out):

@@ -35,6 +35,7 @@ import numpy as np
 from common.core import cache_store, long_texts, progress
 from common.core import llm as _llm  # module attribute looked up per call: tests patch embed_texts
 from common.core import onnx_embeddings as _onnx
+from common.core import st_batch as _st_batch
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -156,9 +157,15 @@ class SentenceTransformerBackend:
         canonical = DEFAULT_MODEL if model in _DEFAULT_ALIASES else model
         self.model_id = f"sentence-transformers:{canonical}:max_length={self.max_length}"
         self._dim: Optional[int] = None
+        self._loaded: Any = None
+        self.load_seconds = 0.0  # importing sentence-transformers and loading the weights (once)
 
     def _model(self) -> Any:
-        return load_sentence_transformer(self.model, self.device)
+        if self._loaded is None:
+            t0 = time.perf_counter()
+            self._loaded = load_sentence_transformer(self.model, self.device)
+            self.load_seconds += time.perf_counter() - t0
+        return self._loaded
 
     @property
     def dim(self) -> int:
@@ -206,16 +213,19 @@ class SentenceTransformerBackend:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         m = self._model()
-        threads = 1 if len(texts) <= SINGLE_THREAD_MAX_TEXTS else None
-        with _lock_for(m), _intra_op_threads(threads):
+        small = len(texts) <= SINGLE_THREAD_MAX_TEXTS
+        with _lock_for(m), _intra_op_threads(1 if small else None):
             m.max_seq_length = self._effective_max_length(m)
-            out = m.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                show_progress_bar=progress.interactive() and len(texts) >= PROGRESS_BAR_MIN_TEXTS,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-            )
+            if small and 0 < len(texts) <= self.batch_size and _st_batch.fits(m):
+                out = _st_batch.encode(m, list(texts))
+            else:
+                out = m.encode(
+                    list(texts),
+                    batch_size=self.batch_size,
+                    show_progress_bar=progress.interactive() and len(texts) >= PROGRESS_BAR_MIN_TEXTS,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                )
         out = np.asarray(out, dtype=np.float32)
         if self._dim is None and out.ndim == 2:
             self._dim = int(out.shape[1])
@@ -242,6 +252,7 @@ class OnnxBackend:
         self.onnx_file = Path(export_dir) / f"{slug}.v{_onnx.EXPORT_VERSION}{'.int8' if quantized else ''}.onnx"
         self._encoder: Optional[Any] = None
         self._dim: Optional[int] = None
+        self.load_seconds = 0.0  # exporting (first time) and loading the graph, once
 
     def _model_dir(self) -> Path:
         path = Path(resolve_model_path(self.model))
@@ -252,6 +263,7 @@ class OnnxBackend:
 
     def encoder(self) -> Any:
         if self._encoder is None:
+            t0 = time.perf_counter()
             model_dir = self._model_dir()
             _onnx.check_pipeline(model_dir)
             if not self.onnx_file.exists():
@@ -259,6 +271,7 @@ class OnnxBackend:
                 _onnx.export(load_sentence_transformer(self.model, "cpu"), self.onnx_file,
                              quantized=self.runtime == "onnx-int8")
             self._encoder = _onnx.OnnxEncoder(model_dir, self.onnx_file, self.max_length, self.batch_size)
+            self.load_seconds += time.perf_counter() - t0
         return self._encoder
 
     @property
@@ -415,6 +428,7 @@ class Embedder:
         self.long_texts = long_texts_mode
         self._limit: Optional[long_texts.TokenLimit] = None
         self._limit_read = False
+        self._limit_seconds = 0.0
         self._over: dict[str, bool] = {}  # text hash -> over the limit (each text tokenized once)
         self._seen_over: set[str] = set()
         self._guard = threading.Lock()
@@ -456,10 +470,18 @@ class Embedder:
         """The model's limit (None: an endpoint's own, not known here), read once."""
         with self._guard:
             if not self._limit_read:
+                t0 = time.perf_counter()
                 getter = getattr(self.backend, "token_limit", None)
                 self._limit = getter() if getter is not None else None
                 self._limit_read = True
+                self._limit_seconds = time.perf_counter() - t0
             return self._limit
+
+    @property
+    def load_seconds(self) -> float:
+        """Seconds this embedder spent loading once per process: the model (or its graph) and the
+        tokenizer that reads its limit. Stage 06 leaves them out of a question's time."""
+        return float(getattr(self.backend, "load_seconds", 0.0) or 0.0) + self._limit_seconds
 
     def over_limit(self, texts: Sequence[str]) -> list[str]:
         """The hashes of the distinct ``texts`` longer than the model's limit (none when unknown)."""

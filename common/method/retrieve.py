@@ -43,9 +43,10 @@ from rapidfuzz import fuzz, process
 
 from common.core.config import RetrieveConfig, ScopeBudget
 from common.core.schema import Anchor, Bridge, Episode, Hop, Plan, Question, RetrievalRow, Selected
-from common.core.text import STOPWORDS, content_tokens, norm, normprop, tokens
+from common.core.text import STOPWORDS, content_tokens, norm, normprop
 from common.core.tokens import count_tokens
 from common.method.bridge import ANCHOR_FIELDS, PLACEHOLDER, Resolver, resolve_anchor
+from common.method.field_match import PLACEHOLDER_VALUES, jaccard, soft, value_compatible  # noqa: F401 - re-exported
 from common.method.hop_guards import HopGuards, broad_state_lookup, widened
 from common.method.index import EMBEDDED_FIELDS, MemoryIndex, field_text
 from common.method.lexical import (
@@ -58,6 +59,7 @@ from common.method.lexical import (
     rank_episodes_for_answer,
     squash,
 )
+from common.method.query_vectors import QueryVectors, anchor_texts, dense_text
 from common.method.render import MemoryView, render_buffer, render_turn
 from common.method.routes import Routes
 
@@ -66,12 +68,6 @@ FIELDS = ("entity", "entity_type", "property", "value", "condition_property", "c
 # other). ``retrieve.gates: loose`` adds "fact", the very_broad granularity's one property.
 GENERIC_PROPERTIES = frozenset({"activity", "event", "thing", "other"})
 LOOSE_GENERIC_PROPERTIES = GENERIC_PROPERTIES | {"fact"}
-# Anchor values that are placeholders, not details: English nouns a planner writes when the
-# question names a kind of thing but not which one ("what book", "her kids", "a family event").
-# Such a value passes any record with a non-empty value (the authors' code, reference_notes 3.5).
-PLACEHOLDER_VALUES = frozenset({
-    "book", "art", "family", "kids", "kid", "child", "children", "event", "activity", "person",
-    "object", "thing", "location", "team", "group", "time", "favorite"})
 # First-person anchor entities; they name the memory's user (``Retriever.user_entity``).
 FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "user", "the user", "user's", "the user's"})
 FIRST_PERSON_POSSESSIVE = ("my ", "the user's ", "user's ")
@@ -86,36 +82,6 @@ class Hit:
     score: float
     route: str
     record_id: str = ""
-
-
-def value_compatible(query: str, value: str, cosine: float, threshold: float, placeholders: bool = True) -> bool:
-    """A placeholder query value passes any non-empty value (``placeholders``); else lexical
-    compatibility (equal, substring, shared word, shared 4+ letter stem), then cosine."""
-    q, v = norm(query), norm(value)
-    if not q or not v:
-        return False
-    if placeholders and q in PLACEHOLDER_VALUES:
-        return True
-    if q == v or q in v or v in q:
-        return True
-    qt, vt = set(tokens(q)), set(tokens(v))
-    if qt & vt:
-        return True
-    if any(len(a) >= 4 and len(b) >= 4 and (a.startswith(b) or b.startswith(a)) for a in qt for b in vt):
-        return True
-    return cosine >= threshold
-
-
-def jaccard(a: str, b: str) -> float:
-    sa, sb = set(tokens(a)), set(tokens(b))
-    return len(sa & sb) / len(sa | sb) if sa and sb else 0.0
-
-
-def soft(name: str, query: str, value: str, cosine: Any) -> float:
-    """The authors' score of a non-exact field: max(0, cosine, Jaccard); an empty record field 0."""
-    if not value:
-        return 0.0
-    return max(0.0, float(cosine), jaccard(query.replace("_", " "), value.replace("_", " ")))
 
 
 class Retriever:
@@ -139,16 +105,49 @@ class Retriever:
         self.terms: Optional[TermTables] = load_term_tables() if cfg.lexical_aliases else None
         self.stop = CODE_STOPWORDS if cfg.lexical_stopwords == "code" else STOPWORDS  # the guard's and ranking's
         self._small_fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.queries = QueryVectors(embedder)  # query-side vectors of this memory, by text
+        self.setup_seconds = self._prepare()
+
+    def _prepare(self) -> float:
+        """Build the memory's lazy tables now, once, instead of inside its first question: the
+        lexical guard's episode texts, BM25 (``lexical: bm25``) and the tokenizer of the buffer's
+        count. Returns the seconds spent. The embedding model is not loaded here (a rerun whose
+        query texts are all cached never needs it); its load is left out of a question's
+        ``seconds`` instead (``retrieve``)."""
+        t0 = time.perf_counter()
+        if (self.cfg.mode != "dense_only" and self.cfg.lexical == "guard") or self.cfg.buffer_order == "answer_rank":
+            self.docs()
+        if self.cfg.mode != "dense_only" and self.cfg.lexical == "bm25" and self.index.episodes:
+            _ = self.index.bm25
+        count_tokens("warm-up")
+        return time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ query vectors
+    def _hop_query_texts(self, question: str, anchor: Anchor, scope: str) -> list[str]:
+        """Every query-side text ``hop_hits`` will embed for this hop, so one call embeds them all:
+        the structured route's anchor fields (and its small fields under ``field_scores: code``),
+        and the dense query unless a covered point hop may stop before the fallback."""
+        texts: list[str] = []
+        searched = self.normalize_anchor(anchor)  # what ``structured`` searches with
+        if self.index.records and searched.entity and searched.property:
+            texts += anchor_texts(searched).values()
+            if self.cfg.field_scores == "code":
+                texts += [field_text(f, getattr(searched, f)) for f in ("entity_type", "condition_property")
+                          if getattr(searched, f)]
+        may_stop = self.cfg.mode != "fixed_k" and scope == "point" and self.cfg.stop_when_covered
+        if len(self.index.chunk_vecs) and not may_stop:
+            texts.append(dense_text(question, anchor))
+        return texts
 
     # ------------------------------------------------------------------ structured route
     def _anchor_cosines(self, anchor: Anchor) -> dict[str, np.ndarray]:
         n = len(self.index.records)
-        texts = {f: field_text(f, getattr(anchor, f)) for f in EMBEDDED_FIELDS if getattr(anchor, f)}
+        texts = anchor_texts(anchor)
         out = {f: np.zeros(n, np.float32) for f in EMBEDDED_FIELDS}
         if texts and n:
-            vecs = self.embedder.encode(list(texts.values()))
-            for (f, _), v in zip(texts.items(), vecs):
-                out[f] = self.index.field_vecs[f] @ v
+            self.queries.prefetch(texts.values())
+            for f, text in texts.items():
+                out[f] = self.index.field_vecs[f] @ self.queries.get(text)
         return out
 
     def _small_field_cosines(self, name: str, value: str) -> np.ndarray:
@@ -169,7 +168,7 @@ class Retriever:
         vecs, at = self._small_fields[name]
         if len(vecs) == 0:
             return np.zeros(n, np.float32)
-        sims = vecs @ np.asarray(self.embedder.encode([field_text(name, value)])[0], np.float32)
+        sims = vecs @ self.queries.get(field_text(name, value))
         return np.where(at >= 0, sims[np.maximum(at, 0)], 0.0).astype(np.float32)
 
     def _entity_scores(self, entity: str) -> np.ndarray:
@@ -298,8 +297,7 @@ class Retriever:
     def dense(self, query_text: str, k: Optional[int]) -> list[Hit]:
         if len(self.index.chunk_vecs) == 0:
             return []
-        q = self.embedder.encode([query_text])[0]
-        sims = self.index.chunk_vecs @ q
+        sims = self.index.chunk_vecs @ self.queries.get(query_text)
         best = np.full(len(self.index.episodes), -1.0, np.float32)
         np.maximum.at(best, np.asarray(self.index.chunk_episode), sims)
         order = np.argsort(-best, kind="stable")
@@ -338,8 +336,7 @@ class Retriever:
             self.docs(), hop_terms(question, anchor.value, anchor.property, self.terms, self.stop), anchor.entity,
             anchor.condition_property, anchor.condition_value, self._postings,
             self.terms.word_forms if self.terms else None, self.cfg.lexical_phrase_text)]
-        lines = [question] + [f"{f}: {getattr(anchor, f)}" for f in FIELDS if f != "entity_type" and getattr(anchor, f)]
-        den = self.dense("\n".join(lines), budget.dense_k)
+        den = self.dense(dense_text(question, anchor), budget.dense_k)
         merged: dict[int, Hit] = {}
         for h in lex + den:
             merged.setdefault(h.pos, h)
@@ -361,8 +358,7 @@ class Retriever:
         terms = content_tokens(" ".join([question, anchor.entity, anchor.property.replace("_", " "),
                                          anchor.value, anchor.condition_value]))
         lex = self.lexical(terms, budget.lexical_k)
-        lines = [question] + [f"{f}: {getattr(anchor, f)}" for f in FIELDS if f != "entity_type" and getattr(anchor, f)]
-        den = self.dense("\n".join(lines), budget.dense_k)
+        den = self.dense(dense_text(question, anchor), budget.dense_k)
         fused: dict[int, float] = {}
         for ranked in (lex, den):
             for rank, h in enumerate(ranked):
@@ -381,6 +377,7 @@ class Retriever:
         budget = cfg.all_matching if scope == "all_matching" else cfg.point
         if cfg.broad_state_lookup and broad_state_lookup(question):
             budget = widened(budget)
+        self.queries.prefetch(self._hop_query_texts(question, anchor, scope))
         structured = self.structured(anchor)
         covered = bool(structured) and structured[0].score >= cfg.coverage_score
         found = bool(structured)
@@ -420,6 +417,9 @@ class Retriever:
     def retrieve(self, question: Question, plan: Plan, resolve: Optional[Resolver] = None) -> RetrievalRow:
         """The question's evidence buffer; ``resolve`` answers declared bridges (None: bridges off)."""
         t0 = time.perf_counter()
+        # The embedding model loads on the process's first query text that is not cached: a cost of
+        # the process (as loading the index is), not of the question that happens to come first.
+        loaded = self.queries.load_seconds()
         cfg = self.cfg
         selected: dict[int, Selected] = {}
         coverage: dict[str, bool] = {}
@@ -448,7 +448,9 @@ class Retriever:
                     hits = hits + [Hit(p, 0.0, "guard") for p in more]
                     guarded.update({hop.hop_id: log} if log else {})  # a guard that did not fire: no entry
                 if hop.bridge_request and resolve is not None:
+                    before = self.queries.load_seconds()
                     bridge, hop_calls, spent = self._resolve_bridge(resolve, question.question, hop, anchor, hits)
+                    loaded += self.queries.load_seconds() - before  # another question's load, inside ``spent``
                     values[hop.hop_id] = bridge.value
                     bridges.append(bridge)
                     calls += hop_calls
@@ -481,6 +483,7 @@ class Retriever:
         # Retrieval time = our own compute plus the bridge calls' latency (the original call's
         # when cached, like every efficiency figure), not the time spent queued behind other work.
         bridge_seconds = sum(float(c.get("latency") or 0.0) for c in calls)
+        loading = self.queries.load_seconds() - loaded
         failed = [b.error for b in bridges if b.error]
         return RetrievalRow(
             qid=question.qid, memory_id=question.memory_id, question=question.question,
@@ -488,7 +491,7 @@ class Retriever:
             selected=[s for _, s in kept], episode_ids=[e.episode_id for e in ordered],
             dia_ids=[d for e in ordered for d in e.dia_ids], coverage=coverage,
             buffer_text=buffer, buffer_tokens=count_tokens(buffer) if buffer else 0,
-            seconds=round(time.perf_counter() - t0 - in_resolver + bridge_seconds, 4),
+            seconds=round(time.perf_counter() - t0 - in_resolver - loading + bridge_seconds, 4),
             resolved_anchors=anchors, bridges=bridges, bridge_seconds=round(bridge_seconds, 4),
             fallback_used=bool(failed), error=failed[0] if failed else "", llm_calls=calls,
             contributions=contributions,
@@ -506,6 +509,8 @@ class Retriever:
             k = cfg.dense_only_all_matching_k if plan.retrieval_scope == "all_matching" else cfg.dense_only_point_k
             queries = [(h.hop_id, f"Question: {question.question}\nRetrieval sub-question: {h.purpose}")
                        for h in plan.hops] or [("question", f"Question: {question.question}\nRetrieval sub-question: ")]
+        if len(self.index.chunk_vecs):
+            self.queries.prefetch(text for _, text in queries)  # every hop's query in one call
         for hop_id, text in queries:
             for h in self.dense(text, k):
                 if h.pos not in selected:
