@@ -156,7 +156,8 @@ def run_stages(run: engine.Run, stages: tuple[Stage, ...]) -> Iterator[Stage]:
             path.write_bytes(blob)
     stop: Optional[str] = None
     for node in stages:
-        stop = stop or write_stage(run, client, node, memory_ids, results, started)
+        line = write_stage(run, client, node, memory_ids, results, started)  # every stage written, then the stop
+        stop = stop or line
         if stop and node is stages[-1]:
             raise engine.StageFailed(stop)
         yield node

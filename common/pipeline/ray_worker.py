@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -141,6 +142,7 @@ class MemoryResult:
     flushed: int
     # (stage id, "<exception>: <message>") of the stage that raised; the stages after it did not run.
     failed: Optional[tuple[str, str]] = None
+    log: str = ""  # what the stages printed in the worker (their lines; the driver prints merged ones)
 
 
 def _raw_stats(client: Optional[LLMClient]) -> dict[str, dict[str, Any]]:
@@ -184,24 +186,28 @@ def run_memory(task: MemoryTask, cache: Remote, bounds: dict[str, Any]) -> Memor
             path.write_bytes(blob)
         outputs: dict[str, StageOutput] = {}
         failed: Optional[tuple[str, str]] = None
-        for stage_id in task.stages:
-            node = engine.by_name(stage_id)
-            if node.id not in SHARED_STAGES:
-                _drop_foreign_rows(run, task.memory_id)
-            before = _raw_stats(run._client)
-            try:
-                engine.run_stage(run, node)
-            except Exception as exc:  # noqa: BLE001 - this memory's failure, not the run's (the driver counts it)
-                failed = (node.id, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
-                break
-            manifest_path = artifacts.manifest_path(run.dir, node.id)
-            out = node.output(run.dir, cfg.judge.name)
-            outputs[node.id] = StageOutput(
-                [r for r in read_jsonl(out) if r.get("memory_id", task.memory_id) == task.memory_id]
-                if out.exists() else None,
-                json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {},
-                _delta(before, _raw_stats(run._client)))
-            run.flush()  # what this stage paid for is in the run's cache before the next starts
+        # The stages' own lines (one per stage, with the scratch path) stay here: the driver prints
+        # the stage's merged line, and Ray would forward these to the driver's terminal besides it.
+        said = io.StringIO()
+        with contextlib.redirect_stdout(said):
+            for stage_id in task.stages:
+                node = engine.by_name(stage_id)
+                if node.id not in SHARED_STAGES:
+                    _drop_foreign_rows(run, task.memory_id)
+                before = _raw_stats(run._client)
+                try:
+                    engine.run_stage(run, node)
+                except Exception as exc:  # noqa: BLE001 - this memory's failure (the driver counts it)
+                    failed = (node.id, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+                    break
+                manifest_path = artifacts.manifest_path(run.dir, node.id)
+                out = node.output(run.dir, cfg.judge.name)
+                outputs[node.id] = StageOutput(
+                    [r for r in read_jsonl(out) if r.get("memory_id", task.memory_id) == task.memory_id]
+                    if out.exists() else None,
+                    json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {},
+                    _delta(before, _raw_stats(run._client)))
+                run.flush()  # what this stage paid for is in the run's cache before the next starts
         files = {}
         for pattern in MEMORY_DIRS:
             base = run.dir / pattern.format(mid=task.memory_id)
@@ -210,7 +216,7 @@ def run_memory(task: MemoryTask, cache: Remote, bounds: dict[str, Any]) -> Memor
                               if p.is_file()})
         run.flush()
         flushed = run._responses.flushed if run._responses is not None else 0
-        return MemoryResult(task.memory_id, outputs, files, os.getpid(), flushed, failed)
+        return MemoryResult(task.memory_id, outputs, files, os.getpid(), flushed, failed, said.getvalue())
     finally:
         if run is not None:
             with contextlib.suppress(Exception):  # what was paid is merged even when the task fails
