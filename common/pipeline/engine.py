@@ -33,7 +33,7 @@ from common.core.schema import Episode, PartitionRow, Question, Session, from_di
 from common.evaluation.scoring import POLICIES
 from common.method.render import MemoryView
 from common.pipeline import invocation, ledger, preflight
-from common.pipeline.graph import STAGES, Stage, by_name
+from common.pipeline.graph import STAGES, Stage, by_name, memory_stages
 from common.systems.registry import uses_stage
 
 log = logging.getLogger("harness")
@@ -331,9 +331,9 @@ def check_endpoint(run: Run, stage: Stage) -> None:
         run.client((stage.role,))
 
 
-# The stages that work memory by memory (one Ray task per memory with ``run.executor: ray``);
-# 01 reads the whole benchmark file, 08 and 09 judge and aggregate on the driver.
-MEMORY_STAGES = ("02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve", "07_answer")
+# The stages that work memory by memory (one Ray task per memory with ``run.executor: ray``):
+# declared on the graph (``Stage.per_memory``).
+MEMORY_STAGES = tuple(s.id for s in memory_stages())
 
 # Stages that may run on an imported run: another judge over its answers, and the aggregate.
 IMPORTED_RUN_STAGES = ("judge", "aggregate")
