@@ -104,3 +104,19 @@ def test_read_only_and_refresh_modes_claim_nothing(tmp_path):
     refresh = ClaimingResponseCache(str(tmp_path / "rf.sqlite"), "refresh", store, 50)
     assert ro.get("k") is None and refresh.get("k") is None
     assert store.claim_counts()["taken"] == 0
+
+
+def test_a_reply_merged_between_the_read_and_the_claim_is_read_not_sent_again(tmp_path):
+    store = _store(tmp_path)
+    assert store.claim("k", Holder("h")) == (None, True)
+    real_get = store.get
+
+    def read_before_the_merge(key):  # the waiter reads, then the holder merges and releases
+        store.get = real_get
+        store.put_many([("k", "{}", "R", "{}", 0.0, 0.0)], "h")
+        return None
+
+    store.get = read_before_the_merge
+    row, mine = store.claim("k", Holder("w"))
+    assert row is not None and row[2] == "R" and not mine
+    assert store.claim_counts()["held"] == 0

@@ -42,21 +42,22 @@ def _free_port() -> int:
 
 
 def _base_env(token: Path) -> dict[str, str]:
+    # (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which the one-node tests set, refuses a second node)
     env = {k: v for k, v in os.environ.items()
-           if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL")}
-    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 only keeps Ray from naming the machine's network address
-    return {**env, "RAY_AUTH_TOKEN_PATH": str(token), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+           if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+                        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    return {**env, "RAY_AUTH_TOKEN_PATH": str(token)}
 
 
 def _stop(proc: subprocess.Popen) -> None:
     """End a `ray start --block` and the Ray processes of its process group (never `ray stop`,
     which would end every cluster on the machine)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(2)  # what SIGTERM left of the group (a GCS server may outlive it) is killed
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _alive_nodes(address: str, env: dict[str, str]) -> int:

@@ -122,6 +122,13 @@ class ClaimingStore(CacheStore):
                 return row, False
             with self._changed:
                 if self.claims.take(key, holder):
+                    # The holder before may have merged its reply and released the claim since the
+                    # read above (a merge is written before its release): read once more, or this
+                    # caller would send the request a second time.
+                    row = self.get(key)
+                    if row is not None:
+                        self.claims.release([key], holder.id)
+                        return row, False
                     return None, True
                 left = deadline - time.monotonic()
                 if left <= 0:

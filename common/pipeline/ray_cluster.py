@@ -84,9 +84,10 @@ def check_join(address: str) -> None:
 def connect(cfg: Config) -> Any:
     """Join the cluster named by RAY_ADDRESS or ``run.ray_address``, or start a local one."""
     address = os.environ.get("RAY_ADDRESS") or cfg.run.ray_address
-    if not address:
-        # A cluster for this run only: on the loopback interface (Ray reads this when imported and
-        # would otherwise name, and listen on, the machine's network address).
+    if not address or address.split(":")[0] in ("127.0.0.1", "localhost"):
+        # A cluster for this run only, or a head on this machine's loopback interface: Ray reads
+        # this when imported and would otherwise name (and, for a new cluster, listen on) the
+        # machine's network address, where a loopback head does not answer.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
