@@ -77,8 +77,11 @@ def check_join(address: str) -> None:
     if mode == "disabled" or token is None or _probe(address, token) != "ok":
         raise ClusterError(f"cannot join the Ray cluster at {address}: it requires token authentication; {FIX}")
     # The head wants the token this machine holds: token mode for this driver (as Ray does itself
-    # for a cluster it finds on this machine).
+    # for a cluster it finds on this machine); Ray read its config when imported, so it reloads it.
     os.environ[AUTH_MODE] = "token"
+    from ray._raylet import Config  # type: ignore[attr-defined]
+
+    Config.initialize("")
 
 
 def connect(cfg: Config) -> Any:
