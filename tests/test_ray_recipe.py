@@ -143,7 +143,7 @@ def chat_requests(server: FakeOpenAI) -> int:
 def runs(recipe):
     address, env, tmp = recipe
     data = twin_haystack_file(tmp / "data" / "longmemeval_twins.json")
-    with FakeOpenAI(latency=0.05) as server:  # a reply takes a moment: the two tasks overlap
+    with FakeOpenAI(latency=0.3) as server:  # a reply takes a while: the two tasks work at the same time
         make_lme(server, tmp / "local", data, env)
         paid_local = chat_requests(server)
         ray = make_lme(server, tmp / "ray", data, env, address)
