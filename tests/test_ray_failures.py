@@ -91,3 +91,28 @@ def test_a_task_that_cannot_run_at_all_is_its_memorys_failure(tmp_path, fake_ser
     assert {m: r.failed for m, r in results.items()} == {
         "a": ("02_episodes", "OSError: worker of a died"), "b": ("02_episodes", "OSError: worker of b died")}
     assert not results["a"].stages
+
+
+def test_ctrl_c_while_the_tasks_run_keeps_the_replies_the_workers_paid_for_the_ledger(tmp_path, fake_server,
+                                                                                       monkeypatch):
+    """A reply a worker paid for and merged before a Ctrl-C has no row yet (the driver writes the
+    group's rows when every task is done): it is kept, as the local engine keeps its own, so the
+    ledger counts it paid when the resume reads it from the cache."""
+    from common.core.cache_claims import ClaimingResponseCache
+
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_server.base_url)
+    run = _run(tmp_path, fake_server, "ray", "ray")
+    run.dir.mkdir(parents=True)
+
+    def paid_then_interrupted(task, store, bounds):
+        cache = ClaimingResponseCache(str(tmp_path / "shard.sqlite"), "rw", store, 50)
+        assert cache.get("k1") is None  # claimed: this worker sends it
+        cache.put("k1", {"model": "m"}, "reply", {"prompt_tokens": 5, "completion_tokens": 2}, 0.1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray_executor, "run_memory", paid_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ray_executor.dispatch_in_process(run, [ray_executor.MemoryTask(run.cfg, "a", ("02_episodes",), {}, False)])
+    kept = rows(run.dir / "paid_unwritten.jsonl")
+    assert [(r["cache_key"], r["stage"], r["model"], r["usage"]) for r in kept] == \
+        [("k1", "02_episodes", "m", {"prompt_tokens": 5, "completion_tokens": 2})]

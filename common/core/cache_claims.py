@@ -110,6 +110,9 @@ class ClaimingStore(CacheStore):
         super().__init__(llm_path, embedding_path)
         self.claims = Claims(lease, node)
         self._changed = threading.Condition()
+        # The replies merged here (paid by a worker of this run): after a Ctrl-C the driver keeps the
+        # ones no row records yet, so the ledger counts them paid (common.pipeline.ledger.UNWRITTEN).
+        self.paid: dict[str, dict[str, Any]] = {}
 
     def claim(self, key: str, holder: Holder, wait: float = CLAIM_WAIT) -> tuple[Optional[ResponseRow], bool]:
         """``(row, False)`` when the run's cache has the key; ``(None, True)`` when the caller now
@@ -138,6 +141,9 @@ class ClaimingStore(CacheStore):
     def put_many(self, rows: list[ResponseRow], holder_id: str = "") -> int:
         added = super().put_many(rows)
         with self._changed:
+            for key, request, _, usage, _, latency in rows:
+                self.paid[key] = {"model": json.loads(request or "{}").get("model"), "usage": json.loads(usage or "{}"),
+                                  "latency": latency}
             if holder_id:
                 self.claims.release([r[0] for r in rows], holder_id)
             self._changed.notify_all()
@@ -152,6 +158,10 @@ class ClaimingStore(CacheStore):
     def renew(self, keys: list[str], holder_id: str) -> int:
         with self._changed:
             return self.claims.renew(keys, holder_id)
+
+    def paid_replies(self) -> dict[str, dict[str, Any]]:
+        with self._changed:
+            return dict(self.paid)
 
     def claim_counts(self) -> dict[str, int]:
         with self._changed:

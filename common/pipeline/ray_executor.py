@@ -25,6 +25,7 @@ memories' rows are written, and the next run redoes it.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Iterator, Optional
 
@@ -32,7 +33,7 @@ from common.core.cache_claims import ClaimingStore, Holder
 from common.core.cache_shards import ResponseRow
 from common.core.config import resolve_path
 from common.core.io import read_jsonl
-from common.pipeline import engine
+from common.pipeline import engine, ledger
 from common.pipeline.graph import Stage
 from common.pipeline.ray_bounds import Leases, SharedBoundPool, bound_actors  # noqa: F401 - the seam's names
 from common.pipeline.ray_cluster import ClusterError, connect  # noqa: F401 - the seam's names
@@ -114,6 +115,10 @@ def dispatch(run: engine.Run, tasks: list[MemoryTask]) -> dict[str, MemoryResult
             except Exception as exc:  # noqa: BLE001 - that memory's failure; the others go on
                 results[task.memory_id] = MemoryResult(task.memory_id, {}, {}, 0, 0,
                                                        (task.stages[0], _one_line(exc)))
+    except KeyboardInterrupt:
+        with contextlib.suppress(Exception):  # the line Ctrl-C prints is what matters
+            _keep_paid(run, tasks, ray.get(store.paid_replies.remote(), timeout=10))
+        raise
     finally:
         ray.kill(store)
         for actor in bounds.values():
@@ -126,12 +131,23 @@ def dispatch_in_process(run: engine.Run, tasks: list[MemoryTask]) -> dict[str, M
     (the fast tests)."""
     store = ClaimingStore(*_cache_locations(run))
     results = {}
-    for t in tasks:
-        try:
-            results[t.memory_id] = run_memory(t, store, {})
-        except Exception as exc:  # noqa: BLE001 - as dispatch: that memory's failure
-            results[t.memory_id] = MemoryResult(t.memory_id, {}, {}, 0, 0, (t.stages[0], _one_line(exc)))
+    try:
+        for t in tasks:
+            try:
+                results[t.memory_id] = run_memory(t, store, {})
+            except Exception as exc:  # noqa: BLE001 - as dispatch: that memory's failure
+                results[t.memory_id] = MemoryResult(t.memory_id, {}, {}, 0, 0, (t.stages[0], _one_line(exc)))
+    except KeyboardInterrupt:
+        _keep_paid(run, tasks, store.paid_replies())
+        raise
     return results
+
+
+def _keep_paid(run: engine.Run, tasks: list[MemoryTask], paid: dict[str, dict[str, Any]]) -> None:
+    """Ctrl-C while the tasks run: the replies the workers merged are paid, and no row of this group
+    is written yet; kept for the ledger (``ledger.keep_unwritten``) as the local engine keeps its own."""
+    if paid and tasks:
+        ledger.keep_unwritten(run.dir, tasks[0].stages[0], paid)
 
 
 def run_stages(run: engine.Run, stages: tuple[Stage, ...]) -> Iterator[Stage]:
