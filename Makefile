@@ -77,7 +77,7 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 .PHONY: system-env test-systems-all help install demo data data-longmemeval locomo longmemeval judge2 judge2-longmemeval test lint docs browser doctor bench bench-scale \
         bench-embeddings clean-run ablations ablations-longmemeval baselines baselines-longmemeval tables figures paper compare stages report \
         audit-judge audit-judge-longmemeval claims docs-serve import export bench-beam-index audit-judge-beam data-beam beam ablations-beam \
-        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray sweep system-cards data-realtalk realtalk \
+        baselines-beam test-slow postgres cache-merge bench-beam-10m bench-ray ray-head ray-node sweep system-cards data-realtalk realtalk \
         ablations-realtalk baselines-realtalk \
         data-locomo-plus locomo-plus ablations-locomo-plus baselines-locomo-plus
 
@@ -90,6 +90,8 @@ check-stage = $(if $(filter $(1),$(STAGES)),,$(error no stage '$(1)'; the stages
 #: DRY_RUN           DRY_RUN=1: calls, tokens and dollars of the whole run, before any call
 #: FORCE             FORCE=1: redo the stages instead of resuming (cached calls are not paid again)
 #: EXECUTOR          local (default) or ray: stages 02-07 as one Ray task per memory (RAY_ADDRESS: the cluster)
+#: RAY_ADDRESS       the Ray cluster's head, HEAD_IP:6379 (EXECUTOR=ray; none: a cluster of this machine for the run)
+#: HEAD              make ray-node: the head's address, HEAD_IP:6379 (RAY_PORT: ray-head's port; RAY_ARGS: more ray start options)
 #: LOCOMO_JSON       the LoCoMo file (default data/locomo10.json, made by make data)
 #: LONGMEMEVAL_JSON  the LongMemEval file (default data/longmemeval_s_cleaned.json, make data-longmemeval)
 #: BEAM_DIR          the BEAM data directory (the BEAM benchmark's files)
@@ -349,6 +351,21 @@ sweep:  ## several systems x benchmarks in one command, one table at the end -> 
 	$(PY) -m common.report.sweep --systems $(or $(SYSTEMS),ensimem) --benches $(or $(BENCHES),locomo) \
 		$(if $(CONFIGS),--configs $(CONFIGS)) --executor $(or $(EXECUTOR),local) $(if $(LIMIT),--limit $(LIMIT)) \
 		$(if $(MEMORIES),--memories $(MEMORIES)) $(foreach s,$(SET),--set $(s)) $(if $(RESULTS),--results $(RESULTS))
+
+# A Ray cluster with token authentication (docs/scale.md "Starting a cluster"): the head makes the
+# cluster's token once (~/.ray/auth_token, or the file RAY_AUTH_TOKEN_PATH names); every other node
+# needs that token copied to it first. RAY_ARGS adds `ray start` options (--num-cpus=8, --block).
+RAY_PORT ?= 6379
+ray-head:  ## start this machine as a Ray cluster's head, token authentication on (RAY_PORT=6379, RAY_ARGS)
+	@$(VENV)/bin/ray get-auth-token --generate >/dev/null
+	RAY_AUTH_MODE=token $(VENV)/bin/ray start --head --port=$(RAY_PORT) $(RAY_ARGS)
+
+ray-node:  ## join this machine to the cluster whose head is HEAD=ip:port (the head's ~/.ray/auth_token copied here first)
+	@test -n "$(HEAD)" || { echo "ray-node: give the head's address: make ray-node HEAD=HEAD_IP:$(RAY_PORT)" >&2; exit 2; }
+	@test -n "$$RAY_AUTH_TOKEN" || test -s "$${RAY_AUTH_TOKEN_PATH:-$$HOME/.ray/auth_token}" || { echo "ray-node: no \
+	cluster token here: copy the head's ~/.ray/auth_token to $${RAY_AUTH_TOKEN_PATH:-$$HOME/.ray/auth_token} (or set \
+	RAY_AUTH_TOKEN)" >&2; exit 2; }
+	RAY_AUTH_MODE=token $(VENV)/bin/ray start --address=$(HEAD) $(RAY_ARGS)
 
 bench-ray:  ## the Ray executor vs the local engine: overhead, throughput with K workers, stage 04 with 1 and 2 workers -> results/bench/ray.{json,md} (BENCH_ARGS="--latency 0.05 --limit 10")
 	HF_HUB_OFFLINE=1 $(PY) -m bench.ray_bench $(BENCH_ARGS)

@@ -33,9 +33,12 @@ from bench.pipeline import BenchError, PipelineRun, StageResult, bench_overrides
 from common.benchmarks import beam
 from common.core.config import resolve_path
 from common.method.index import EMBEDDED_FIELDS, ENCODE_CHUNK
+from common.pipeline.graph import STAGES as GRAPH
+from common.pipeline.graph import by_name
 
 CONFIG = "configs/beam.yaml"
-STAGES = ("01_preprocess", "02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve")
+# 01 and the memory stages up to retrieval (the graph's order): the index side, no answer or judge.
+STAGES = tuple(s.id for s in GRAPH[: GRAPH.index(by_name("retrieve")) + 1])
 DEFAULT_DATA = "../shared/data/beam/100K"
 MODEL_DIM = 384  # all-MiniLM-L6-v2: the fake server's vectors are 32-d, so the index at the model's width is computed
 

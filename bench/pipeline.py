@@ -23,16 +23,10 @@ from common.pipeline.graph import STAGES
 
 # The stage ids in graph order (the one declaration the Makefile reads too).
 LOCOMO_STAGES = tuple(s.id for s in STAGES)
-# Prompt kinds the fake server recognises, per LLM stage (repairs belong to their stage).
-LLM_STAGE_KINDS: dict[str, tuple[str, ...]] = {
-    "02_episodes": ("partition", "partition_repair"),
-    "03_extract": ("extract", "extract_repair"),
-    "05_plan": ("plan", "plan_repair"),
-    "07_answer": ("answer",),
-    "08_judge": ("judge_locomo", "judge_lme"),
-}
-# Stages that load the sentence-transformers model (their RSS holds its weights).
-MODEL_STAGES = ("04_index", "06_retrieve")
+# Prompt kinds the fake server recognises, per LLM stage (repairs belong to their stage): the graph's.
+LLM_STAGE_KINDS: dict[str, tuple[str, ...]] = {s.id: s.prompt_kinds for s in STAGES if s.prompt_kinds}
+# Stages that load the sentence-transformers model (their RSS holds its weights): the graph's.
+MODEL_STAGES = tuple(s.id for s in STAGES if s.loads_model)
 
 
 class BenchError(RuntimeError):

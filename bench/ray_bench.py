@@ -36,9 +36,10 @@ from typing import Any, Iterator
 from bench.machine import load_average, machine_info
 from bench.pipeline import bench_overrides, child_env
 from bench.procs import REPO_ROOT, run_measured, tail
+from common.pipeline.graph import STAGES, by_name, memory_stages
 
 MARKER = ".bench-workdir"  # only a directory carrying this file is ever wiped
-MEMORY_STAGES = ("02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve", "07_answer")
+MEMORY_STAGES = tuple(s.id for s in memory_stages())  # the stages the executor runs per memory
 TARGETS = {"overhead_ratio": 1.15, "throughput_ratio": 1.2}
 # A private loopback cluster: Ray would otherwise name the machine's address (and bind it), and a
 # token another cluster left in ~/.ray would lock the drivers out.
@@ -172,7 +173,7 @@ def cpu_bound(work: Path, server: Any, opts: argparse.Namespace, logs: Path) -> 
     embedding caches: local engine, Ray with 1 and with 2 worker processes."""
     convs = opts.cpu_memories.split(",")
     out: dict[str, Any] = {"memories": convs, "variants": {}}
-    for stage in ("01_preprocess", "02_episodes", "03_extract"):
+    for stage in (s.id for s in STAGES if s.number < by_name("index").number):  # 01-03
         pipeline(work, "cpu-prep", server, conversations=convs, limit=1, concurrency=opts.concurrency,
                  vectors=False, stages=stage)
     prep = work / "results" / "locomo" / "cpu-prep"

@@ -38,8 +38,9 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          "langmem", "trustcall", "langchain_openai", "langchain_core", "langgraph", "aiohttp",
          # Graphiti and its embedded graph store (method.name=graphiti only, after telemetry is set off).
          "graphiti_core", "kuzu",
-         # Ray (run.executor: ray only): a second or more to import, and a local cluster to start.
-         "ray",
+         # Ray (run.executor: ray only): a second or more to import, and a local cluster to start;
+         # grpc (Ray's dependency) only to ask a cluster's head whether it wants a token.
+         "ray", "grpc",
          # SimpleMem on LanceDB (method.name=simplemem only; its modules are patched when first imported).
          "simplemem"}
 # Command-line entry points that sit directly in ``common/`` (their commands are documented and

@@ -63,6 +63,46 @@ def test_ctrl_c_in_a_real_run_prints_one_resume_line_and_exits_130(tmp_path, mon
         f"interrupted in 03_extract after {written} of {episodes} rows; run the same command to resume"]
 
 
+def test_replies_paid_before_ctrl_c_stay_paid_in_the_ledger_after_the_resume(tmp_path, monkeypatch):
+    """The calls in flight at a Ctrl-C are answered and cached after the last row is written; the
+    resume reads them from the cache. The ledger must count each reply this run paid for as paid
+    once: its paid calls equal the requests the endpoint served."""
+    from common.pipeline import ledger
+
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{"llm.concurrency": 4})
+    with FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        run = run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes"])
+        episodes = sum(len(r["episodes"]) for r in rows(run.path("episodes")))
+        server.latency = 0.5  # four requests in flight at once, slow enough to be stopped among them
+        out = run.path("records")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "LoCoMo.03_extract", *[a for s in sets for a in ("--set", s)]], cwd=REPO,
+            env={**os.environ, "OPENAI_BASE_URL": server.base_url}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            deadline = time.monotonic() + 60
+            while (not out.exists() or not out.read_text().strip()) and proc.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 130, err
+        written = len(rows(out))
+        served_at_stop = server.counts_by_kind().get("extract", 0)
+        assert written < served_at_stop, "the test needs calls answered after the last row was written"
+        server.latency = 0.0
+        run_stages("configs/locomo.yaml", sets, ["extract"])  # the resume
+        served = server.counts_by_kind().get("extract", 0)
+    assert len(rows(out)) == episodes
+    entry = next(e for e in ledger.ledger(run.dir)["stages"] if e["stage"] == "03_extract" and e["role"] == "extract")
+    assert entry["paid"] == served, (entry, served, written, served_at_stop)
+    assert entry["paid"] + entry["cached"] == entry["calls"]
+
+
 # ----------------------------------------------------------------------------- a dead endpoint
 def test_a_dead_endpoint_stops_the_run_at_once_in_one_line_and_leaves_no_run_directory(tmp_path, monkeypatch):
     from common.pipeline import preflight

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +189,23 @@ def test_a_run_made_with_the_old_file_names_resumes_without_a_call(tmp_path, fak
         manifest = [m for m in run.dir.glob("*.manifest.json") if old in m.read_text()]
         assert manifest, f"no manifest names {old}"
     assert json.loads(run.path("metrics").read_text())["judges"] == metrics["judges"]
+
+
+def test_per_memory_stages_model_use_and_prompt_kinds_are_read_from_the_graph():
+    """Which stages run per memory, load the model and send which prompts are properties of a stage:
+    the engine and the benches read them from the graph, none spells the list again."""
+    import re
+
+    from bench import beam_scale, pipeline, ray_bench
+    from common.pipeline import engine
+    from common.pipeline.graph import STAGES, memory_stages
+
+    per_memory = tuple(s.id for s in memory_stages())
+    assert per_memory == ("02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve", "07_answer")
+    assert engine.MEMORY_STAGES == ray_bench.MEMORY_STAGES == per_memory
+    assert pipeline.MODEL_STAGES == tuple(s.id for s in STAGES if s.loads_model) == ("04_index", "06_retrieve")
+    assert set(pipeline.LLM_STAGE_KINDS) == {"02_episodes", "03_extract", "05_plan", "07_answer", "08_judge"}
+    assert beam_scale.STAGES == ("01_preprocess",) + per_memory[:5]
+    for module in (engine, ray_bench, beam_scale, pipeline):
+        source = Path(module.__file__).read_text(encoding="utf-8")
+        assert not re.search(r'"0\d_[a-z]+", "0\d_[a-z]+"', source), f"{module.__name__} spells a stage list"

@@ -13,8 +13,10 @@ SQLite file with the same table and the same content-addressed keys as the run's
 
 The LLM response cache (``common.core.llm.ResponseCache``) and the embedding cache
 (``common.core.embeddings.EmbeddingCache``) are both sharded this way. ``CacheStore`` is plain
-Python over the run's two files; ``common.pipeline.ray_executor`` wraps it in a Ray actor and
-hands the workers a ``Remote`` that calls it.
+Python over the run's two files; ``common.pipeline.ray_executor`` wraps it (with the claims of
+``common.core.cache_claims``) in a Ray actor and hands the workers a ``Remote`` that calls it. The
+workers' response caches claim the keys they miss and merge a claimed key's reply at once
+(``cache_claims.ClaimingResponseCache``), so another worker waiting for it is not held up.
 """
 from __future__ import annotations
 

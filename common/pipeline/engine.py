@@ -32,8 +32,8 @@ from common.core.llm import EndpointNotConfigured, LLMClient, ResponseCache, Ret
 from common.core.schema import Episode, PartitionRow, Question, Session, from_dict, to_dict
 from common.evaluation.scoring import POLICIES
 from common.method.render import MemoryView
-from common.pipeline import invocation, preflight
-from common.pipeline.graph import STAGES, Stage, by_name
+from common.pipeline import invocation, ledger, preflight
+from common.pipeline.graph import STAGES, Stage, by_name, memory_stages
 from common.systems.registry import uses_stage
 
 log = logging.getLogger("harness")
@@ -41,6 +41,20 @@ log = logging.getLogger("harness")
 
 class StageFailed(RuntimeError):
     """A stage finished but too many of its rows failed (``run.max_error_rate``)."""
+
+
+class PaidCache(ResponseCache):
+    """The run's response cache, remembering the replies this process paid for (each ``put``
+    follows a call that was answered), so that a Ctrl-C can keep the ones no row records yet
+    (``interrupted``): the resume reads them from the cache, and the ledger still counts them paid."""
+
+    def __init__(self, path: str, mode: str = "rw"):
+        super().__init__(path, mode)
+        self.paid: dict[str, dict[str, Any]] = {}
+
+    def put(self, key: str, request: dict[str, Any], response: str, usage: dict[str, int], latency: float = 0.0):
+        super().put(key, request, response, usage, latency)
+        self.paid[key] = {"model": request.get("model"), "usage": dict(usage), "latency": latency}
 
 
 @dataclasses.dataclass
@@ -88,7 +102,7 @@ class Run:
         # llm.cache_url (a shared PostgreSQL database) wins over the run's sqlite file.
         where = c.cache_url or str(resolve_path(c.cache_path))
         try:
-            return ResponseCache(where, c.cache_mode)
+            return PaidCache(where, c.cache_mode)
         except (OSError, sqlite3.Error) as exc:  # a path that cannot hold the file: the key, in one line
             key = "llm.cache_url" if c.cache_url else "llm.cache_path"
             raise ConfigError(f"{key}: cannot open the LLM cache {where} ({exc})") from None
@@ -317,9 +331,9 @@ def check_endpoint(run: Run, stage: Stage) -> None:
         run.client((stage.role,))
 
 
-# The stages that work memory by memory (one Ray task per memory with ``run.executor: ray``);
-# 01 reads the whole benchmark file, 08 and 09 judge and aggregate on the driver.
-MEMORY_STAGES = ("02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve", "07_answer")
+# The stages that work memory by memory (one Ray task per memory with ``run.executor: ray``):
+# declared on the graph (``Stage.per_memory``).
+MEMORY_STAGES = tuple(s.id for s in memory_stages())
 
 # Stages that may run on an imported run: another judge over its answers, and the aggregate.
 IMPORTED_RUN_STAGES = ("judge", "aggregate")
@@ -389,9 +403,15 @@ def interrupted(run: Run, node: Stage, before: dict[str, dict[str, int]]) -> int
 
     The rows written so far stay (each is written whole as it completes) and the calls in flight
     finished into the cache, so the same command resumes where this one stopped. The calls made
-    are still recorded in the invocation's file (``invocation.json``)."""
+    are still recorded in the invocation's file (``invocation.json``); the replies paid for but in
+    no row yet are kept (``ledger.keep_unwritten``) so the ledger counts them paid when the resume
+    reads them from the cache."""
     with contextlib.suppress(Exception):  # the record is a courtesy; the line below is what matters
         invocation.record(run, node.id, before)
+    with contextlib.suppress(Exception):  # the calls answered after the last row written: paid, in no row
+        paid = getattr(run._client.cache, "paid", None) if run._client is not None else None
+        if paid:
+            ledger.keep_unwritten(run.dir, node.id, paid)
     where = f"{run.at[0]} after {run.at[1]} of {run.at[2]} rows" if run.at else node.id
     print(f"interrupted in {where}; run the same command to resume", file=sys.stderr, flush=True)
     return 130

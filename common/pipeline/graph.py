@@ -38,6 +38,11 @@ class Stage:
     labelled oracle baseline may open the gold file, ``"yes"`` for judging and metrics.
     Which stages a memory system runs is the system's declaration (``MemorySystem.stages`` in
     ``common.systems``); a stage it does not use says ``skipped`` in its manifest.
+
+    ``per_memory``: the stage works memory by memory (one Ray task per memory with ``run.executor:
+    ray``; 01 reads the whole file, 08 and 09 judge and aggregate). ``loads_model``: its process
+    loads the embedding model (its RSS holds the weights). ``prompt_kinds``: the prompt families
+    its LLM calls use, repairs included (what the fake server and the benches count requests by).
     """
 
     number: int
@@ -49,6 +54,9 @@ class Stage:
     role: Optional[str] = None
     role_required: bool = True
     reads_gold: GoldAccess = "no"
+    per_memory: bool = False
+    loads_model: bool = False
+    prompt_kinds: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -85,19 +93,25 @@ STAGES: tuple[Stage, ...] = (
           summary="read the benchmark file; write sessions, questions (question + date only) and the separate gold",
           reads_gold="yes"),
     Stage(2, "episodes", _S + "episodes", reads=("sessions",), writes=("episodes",), role="partition",
+          per_memory=True, prompt_kinds=("partition", "partition_repair"),
           summary="cut each session into theme-coherent episodes"),
     Stage(3, "extract", _S + "extract", reads=("episodes", "sessions"), writes=("records",), role="extract",
+          per_memory=True, prompt_kinds=("extract", "extract_repair"),
           summary="extract [entity][type][property:value] records per episode, with source turns"),
     Stage(4, "index", _S + "index", reads=("episodes", "records", "sessions"), writes=("index",),
+          per_memory=True, loads_model=True,
           summary="embed episodes, records and turn chunks; write the per-memory index"),
     Stage(5, "plan", _S + "plan", reads=("questions", "index"), writes=("plans",), role="plan",
+          per_memory=True, prompt_kinds=("plan", "plan_repair"),
           summary="turn each question into evidence requirements (hops, reasoning type, scope)"),
     Stage(6, "retrieve", _S + "retrieve", reads=("plans", "index", "sessions", "questions"), writes=("retrievals",),
-          role="bridge", role_required=False, reads_gold="oracle",
+          role="bridge", role_required=False, reads_gold="oracle", per_memory=True, loads_model=True,
           summary="select episodes (structured match + dense fallback, budget by query type); resolve bridges"),
     Stage(7, "answer", _S + "answer", reads=("questions", "plans", "retrievals"), writes=("answers",), role="answer",
+          per_memory=True, prompt_kinds=("answer",),
           summary="answer from the ORIGINAL episodes in the evidence buffer"),
     Stage(8, "judge", _S + "judge", reads=("answers", "gold"), writes=("judge",), role="judge", reads_gold="yes",
+          prompt_kinds=("judge_locomo", "judge_lme"),
           summary="LLM judge of each scored answer (one file per judge, never averaged)"),
     Stage(9, "aggregate", _S + "aggregate", reads=("judge", "gold", "answers", "retrievals"),
           writes=("metrics", "ledger", "tables"),
@@ -115,6 +129,11 @@ def by_name(name: str, stages: tuple[Stage, ...] = STAGES) -> Stage:
         if name in (s.name, s.id):
             return s
     raise KeyError(f"no stage {name!r}; known: {', '.join(s.id for s in stages)}")
+
+
+def memory_stages(stages: tuple[Stage, ...] = STAGES) -> tuple[Stage, ...]:
+    """The stages that work memory by memory (``Stage.per_memory``), in order."""
+    return tuple(s for s in stages if s.per_memory)
 
 
 def llm_stages(stages: tuple[Stage, ...] = STAGES) -> list[Stage]:

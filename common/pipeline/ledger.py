@@ -9,7 +9,9 @@ and reruns made them.
 
 * Per stage and role: a stage's calls made for another role (``plan_audit`` in 05,
   ``answer_rerank``/``answer_verify`` in 07: the call record's ``role``) are a row of their own.
-  Calls, how many were paid in this run and how many came from the cache,
+  Calls, how many were paid in this run and how many came from the cache (a reply paid for
+  just before a Ctrl-C, whose row the resume wrote from the cache, is paid once all the same:
+  ``paid_unwritten.jsonl``),
   how many went through the Batch API (``llm.batch``: the cache keys the run's batch records in
   ``<run>/batches`` answered, or a call record flagged ``batch``), failed rows by cause, input and
   output tokens, latency mean/p50/p95 of paid live calls (a batch reply's wait is not a latency),
@@ -118,17 +120,59 @@ def call_roles(rows: list[dict[str, Any]], role: str) -> list[str]:
                   | {r for r in STEP_OF_ROLE for row in rows if step_failure(row, r)})
 
 
+# Replies a run paid for that no row recorded when it stopped (Ctrl-C: the calls in flight were
+# answered and cached after the last row was written). The resume reads them from the cache; the
+# ledger counts the first row that does as paid, so a reply this run paid for is paid once.
+UNWRITTEN = "paid_unwritten.jsonl"
+
+
+def recorded_keys(run_dir: Path) -> set[str]:
+    """The cache keys of every call record in the run's LLM stage files."""
+    keys: set[str] = set()
+    for node in llm_stages():
+        paths = [node.output(run_dir, j) for j in artifacts.judges(run_dir)] if "judge" in node.writes \
+            else [node.output(run_dir, "")]
+        for path in paths:
+            for row in read_jsonl(path, missing_ok=True):
+                keys.update(str(c["cache_key"]) for c in _calls(row) if c.get("cache_key"))
+    return keys
+
+
+def keep_unwritten(run_dir: Path, stage: str, paid: dict[str, dict[str, Any]]) -> int:
+    """Add the replies in ``paid`` (cache key -> model, usage, latency) that no row records to the
+    run's ``paid_unwritten.jsonl``; returns how many."""
+    if not run_dir.is_dir():
+        return 0
+    path = run_dir / UNWRITTEN
+    known = recorded_keys(run_dir) | {str(r["cache_key"]) for r in read_jsonl(path, missing_ok=True)}
+    new = [{"cache_key": k, "stage": stage, **v} for k, v in paid.items() if k not in known]
+    if new:
+        with path.open("a", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in new)
+    return len(new)
+
+
 def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[str, Any],
-                batched: frozenset[str] | set[str] = frozenset(), stage_role: Optional[str] = None) -> dict[str, Any]:
+                batched: frozenset[str] | set[str] = frozenset(), stage_role: Optional[str] = None,
+                owed: Optional[set[str]] = None) -> dict[str, Any]:
     """One stage's entry; ``batched``: cache keys the run's batches answered (batch-rate calls).
 
     ``stage_role``: the stage's own role when this entry is for another ``role`` whose calls the
     stage made (its calls carry that role); the stage's own entry then leaves them out.
+    ``owed``: cache keys this run paid for that no paid call record holds (``UNWRITTEN``); the
+    first cached call of each is counted paid, and its key taken out of the set.
     """
     own = stage_role is None
     calls = [c for r in rows for c in _calls(r) if ((c.get("role") or role) if own else c.get("role")) == role]
     is_batch = lambda c: bool(c.get("batch")) or c.get("cache_key") in batched  # noqa: E731
-    paid = [c for c in calls if not c.get("cached")]
+    paid_ids: set[int] = set()
+    for c in calls:
+        if not c.get("cached"):
+            paid_ids.add(id(c))
+        elif owed and c.get("cache_key") in owed:
+            owed.discard(str(c["cache_key"]))
+            paid_ids.add(id(c))
+    paid = [c for c in calls if id(c) in paid_ids]
     failures: dict[str, int] = defaultdict(int)
     for r in rows:
         cause = row_failure(r) if own else step_failure(r, role)
@@ -162,7 +206,7 @@ def stage_entry(stage: str, role: str, rows: list[dict[str, Any]], prices: dict[
             unpriced.add(str(c.get("model")))
             continue
         total_cost += v
-        if not c.get("cached"):
+        if id(c) in paid_ids:
             paid_cost += v
     entry.update(cost_paid_usd=round(paid_cost, 6), cost_uncached_usd=round(total_cost, 6),
                  unpriced_models=sorted(unpriced))
@@ -190,15 +234,19 @@ def ledger(run_dir: Path, prices: Optional[dict[str, Any]] = None) -> dict[str, 
     files = [(node.instance(j), node.output(run_dir, j), str(node.role))
              for node in llm_stages() for j in (judges if "judge" in node.writes else [""])]
     system_role = _system_role(run_dir)
+    read = {path: read_jsonl(path) for _, path, _ in files if path.exists()}
+    unwritten = {str(r["cache_key"]) for r in read_jsonl(run_dir / UNWRITTEN, missing_ok=True)}
+    owed = unwritten - {str(c.get("cache_key")) for rows in read.values() for r in rows for c in _calls(r)
+                        if not c.get("cached")}
     for stage, path, role in files:
         if stage == IDS["retrieve"] and system_role:
             role = system_role  # a memory system's searches: its own role, not EnSIMem's bridge
-        if not path.exists():
+        if path not in read:
             missing.append(path.name)
             continue
-        rows = read_jsonl(path)
-        entries.append(stage_entry(stage, role, rows, prices, batched))
-        entries += [stage_entry(stage, other, rows, prices, batched, stage_role=role)
+        rows = read[path]
+        entries.append(stage_entry(stage, role, rows, prices, batched, owed=owed))
+        entries += [stage_entry(stage, other, rows, prices, batched, stage_role=role, owed=owed)
                     for other in call_roles(rows, role)]
     # A memory system's ingestion (06, common.systems): its calls are in each memory's marker.
     markers = sorted((run_dir / IDS["retrieve"] / "memory").glob("*/ingested.json"))
