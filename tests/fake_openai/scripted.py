@@ -285,8 +285,8 @@ def _generic_reply(body: dict[str, Any], text: str, prompt_id: Optional[str]) ->
         return "", [{"id": call_id, "type": "function",
                      "function": {"name": tool.get("name"), "arguments": json.dumps(built)}}]
     if tool is not None:
-        build = TOOL_ARGS_BY_PROMPT.get(((prompt_id or "").strip(), str(tool.get("name"))))
-        args = build(body.get("messages") or []) if build else \
+        make_args = TOOL_ARGS_BY_PROMPT.get(((prompt_id or "").strip(), str(tool.get("name"))))
+        args = make_args(body.get("messages") or []) if make_args else \
             synthesize(tool.get("parameters") or {"type": "object"}, text)
         call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
         return "", [{"id": call_id, "type": "function",
