@@ -104,6 +104,11 @@ class HindsightAdapter(proto.Adapter):
         from importlib.metadata import version
         return version("hindsight-api-slim")
 
+    def settings(self) -> dict[str, Any]:
+        # Recall is cut by tokens, not by a count: the harness's limit is not used.
+        return {"budget": "high", "max_tokens": MAX_TOKENS, "max_entity_tokens": MAX_ENTITY_TOKENS,
+                "include_chunks": True, "reranker": "rrf"}
+
     def _run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
 
@@ -127,6 +132,7 @@ class HindsightAdapter(proto.Adapter):
                                             request_context=RequestContext()))
         listed = self._run(engine.list_memory_units(bank, limit=100_000, request_context=RequestContext()))
         units = listed.get("items", []) if isinstance(listed, dict) else getattr(listed, "items", listed)
+        self.note_built(facts=len(units or []), documents=len(sessions))
         return len(units or []), []
 
     def search(self, memory_id: str, question: str, question_date: Optional[str],
@@ -145,8 +151,10 @@ class HindsightAdapter(proto.Adapter):
         for fact in dumped.get("results") or []:
             chunk = chunks.get(fact.get("chunk_id") or "") or {}
             turn_ids = list(dict.fromkeys(DIA_ID.findall(str(chunk.get("chunk_text", "")))))
-            evidence.append({"text": str(fact.get("text", "")), "score": fact.get("activation"),
-                             "source_turn_ids": turn_ids})
+            score = fact.get("activation")
+            if score is None:  # 1.1.0 reports its fused score under scores.final
+                score = (fact.get("scores") or {}).get("final")
+            evidence.append({"text": str(fact.get("text", "")), "score": score, "source_turn_ids": turn_ids})
         return evidence, json.dumps(dumped)
 
     def close(self) -> None:
