@@ -234,14 +234,17 @@ class Child:
 
 
 def drive(name: str, *, sessions: int = 2, limit: int = 10, timeout: float = 900.0,
-          python: Optional[Path] = None, protocol: str = "common") -> Exchange:
+          python: Optional[Path] = None, protocol: str = "common",
+          question: Optional[dict[str, Any]] = None) -> Exchange:
     """Build (or reuse) ``name``'s environment, then hello / ingest / search / close its adapter
     against a fake server; every socket but the relay's refused. Under ``protocol="native"`` an
-    adapter whose hello says it answers is also asked to ``answer`` the question."""
+    adapter whose hello says it answers is also asked to ``answer`` the question; ``question``
+    (``{"question", "question_date"}``) replaces the default one."""
     from tests.fake_openai import FakeOpenAI
 
     python = python or build_env(name)
-    convo, question = locomo_sessions(count=sessions)
+    convo, default_question = locomo_sessions(count=sessions)
+    question = question or default_question
     out = Exchange()
     started = time.perf_counter()
     token = hashlib.sha256(os.urandom(16)).hexdigest()
