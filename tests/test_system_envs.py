@@ -18,7 +18,7 @@ from tests import systems_driver as driver
 # MemOS's API server returns only memories whose relevance to the question is 0.45 or more (its
 # search requests' default ``relativity``), and the fake's hash vectors of different texts are not:
 # tests/test_memos.py searches with a question that is a stored memory's text, which it finds.
-RUNNING = {"cognee": True, "hipporag": True, "letta": True, "memos": False, "memoryos": False}
+RUNNING = {"cognee": True, "hipporag": True, "letta": True, "memos": False, "memoryos": False, "hindsight": True}
 
 
 def test_protocol_helper_is_standard_library_only():
@@ -96,8 +96,9 @@ def test_fake_server_answers_a_registered_systems_prompt_only_json():
     assert generic_reply({"messages": []}, prompt, "gateway.other")[0].startswith("Noted: ")
 
 
-# MemOS, HippoRAG and Cognee build for 10 to 16 minutes: `make test-systems-all` only.
-HEAVY = {"memos", "hipporag", "cognee"}
+# MemOS, HippoRAG and Cognee build for 10 to 16 minutes, Hindsight (186 pins) for about 5:
+# `make test-systems-all` only.
+HEAVY = {"memos", "hipporag", "cognee", "hindsight"}
 
 
 @pytest.mark.systems
@@ -127,7 +128,7 @@ def test_system_ingests_and_searches_through_the_endpoint_only(name):
 # One xdist group per system: its tests share one worker, so its module fixture runs once.
 HARNESS_SYSTEMS = [pytest.param(n, marks=[pytest.mark.systems, pytest.mark.xdist_group(f"system-{n}"),
                                           *([pytest.mark.systems_heavy] if n in HEAVY else [])])
-                   for n in ("letta", "memoryos", "memos", "hipporag", "cognee")]
+                   for n in ("letta", "memoryos", "memos", "hipporag", "cognee", "hindsight")]
 BEFORE_RETRIEVE = ["preprocess", "episodes", "extract", "index", "plan"]
 
 
