@@ -98,7 +98,6 @@ def server_environment(socket_dir: str, port: int) -> dict[str, str]:
         "MOS_RERANKER_BACKEND": "cosine_local", "MOS_FEEDBACK_RERANKER_BACKEND": "cosine_local",
         "ENABLE_PREFERENCE_MEMORY": "true", "ENABLE_INTERNET": "false", "API_SCHEDULER_ON": "false",
         "MEMSCHEDULER_USE_REDIS_QUEUE": "False", "ENABLE_CHAT_API": "false",
-        "MEM_READER_SAVE_RAWFILENODE": "false",
         "MEMOS_BASE_PATH": str(ROOT),
     }
 
