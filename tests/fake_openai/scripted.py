@@ -20,7 +20,14 @@ import struct
 from functools import partial
 from typing import Any, Callable, Optional
 
-from tests.fake_openai.contract import check_reply, requested_fields, shown_fields, tool_fields
+from tests.fake_openai.contract import (
+    check_reply,
+    prompt_fields,
+    requested_fields,
+    shown_fields,
+    shown_schemas,
+    tool_fields,
+)
 
 FAKE_MODEL = "fake-model"
 EMBEDDING_DIM = 32
@@ -247,7 +254,7 @@ def generic_reply(body: dict[str, Any], text: str,
     what = f"the request of {prompt_id or 'no prompt id'}"
     # ``text`` is the request's prompt (the server passes its messages' text): the fields its JSON
     # example shows are what the request asks for, as are its json_schema's and its messages'.
-    check_reply(content, lambda: requested_fields(body) | shown_fields(text), what)
+    check_reply(content, lambda: requested_fields(body) | prompt_fields(text), what)
     for call in calls:
         name = str(call["function"]["name"])
         check_reply(call["function"]["arguments"], partial(tool_fields, body, name), f"{what} (tool {name})")
@@ -941,6 +948,51 @@ def memos_reader_reply(text: str) -> str:
 
 
 TEXT_KINDS_BY_PROMPT[GATEWAY_PREFIX + "memos"] = memos_reader_reply
+
+
+# --------------------------------------------------------------------------- Hindsight (a schema in the prompt)
+# Hindsight (systems/hindsight) asks for JSON with response_format json_object and its JSON schema
+# written into the prompt ("You must respond with valid JSON matching this schema: {...}"). Its fact
+# extraction's schema has a ``facts`` array; the chunk is a JSON list of turns (``speaker``,
+# ``text``). One fact per turn: a minimal instance of the fact's schema (its required fields), with
+# the turn's text as ``what`` and its speaker as ``who`` when the schema declares them. Any other
+# prompt of Hindsight's gets a minimal instance of its schema; one without a schema, plain text.
+def _turn_list(text: str) -> list[dict[str, Any]]:
+    decoder = json.JSONDecoder()
+    at = text.rfind('[{"speaker"')
+    try:
+        turns, _ = decoder.raw_decode(text, at) if at >= 0 else ([], 0)
+    except ValueError:
+        return []
+    return [t for t in turns if isinstance(t, dict) and isinstance(t.get("text"), str)]
+
+
+def hindsight_reply(text: str) -> str:
+    schemas = shown_schemas(text)
+    if not schemas:
+        return f"Noted: {_snippet(text)}"
+    schema = schemas[-1]
+    facts = (schema.get("properties") or {}).get("facts")
+    if not isinstance(facts, dict):
+        return json.dumps(synthesize(schema, text))
+    item: Any = facts.get("items") or {}
+    if "$ref" in item:  # "#/$defs/ExtractedFact"
+        target: Any = schema
+        for part in str(item["$ref"]).lstrip("#/").split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        item = target
+    declared = item.get("properties") or {}
+    out = []
+    for turn in _turn_list(text):
+        fact = synthesize(item, turn["text"], schema)  # its strings: the turn's words
+        if isinstance(fact, dict):
+            fact.update({k: v for k, v in (("what", turn["text"]), ("who", str(turn.get("speaker", ""))))
+                         if k in declared})
+            out.append(fact)
+    return json.dumps({"facts": out})
+
+
+TEXT_KINDS_BY_PROMPT[GATEWAY_PREFIX + "hindsight"] = hindsight_reply
 
 
 def letta_agent_tool(names: list[str], messages: list[dict[str, Any]]) -> Optional[str]:
