@@ -128,6 +128,9 @@ class HindsightAdapter(proto.Adapter):
 
         engine = self._engine()
         bank = bank_id(memory_id)
+        # As the benchmark does before ingesting a conversation: a memory ingested again (after a
+        # killed or failed attempt) starts from an empty bank, not from the attempt's facts.
+        self._run(engine.delete_bank(bank, request_context=RequestContext()))
         self._run(engine.retain_batch_async(bank_id=bank, contents=items_for(memory_id, sessions),
                                             request_context=RequestContext()))
         listed = self._run(engine.list_memory_units(bank, limit=100_000, request_context=RequestContext()))

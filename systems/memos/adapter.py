@@ -179,6 +179,8 @@ class MemOSAdapter(proto.Adapter):
         errors: list[str] = []
         for index, speaker in enumerate(speakers):
             cube = cube_id(memory_id, index)
+            # A memory ingested again (after a killed or failed attempt) starts from an empty cube.
+            self.components["naive_mem_cube"].text_mem.delete_all(user_name=cube)
             for session in sessions:
                 messages = messages_for(session, speaker)
                 for start in range(0, len(messages), BATCH):
