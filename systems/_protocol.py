@@ -10,12 +10,16 @@ JSON lines on stdin/stdout, one request then one reply:
   "version": ..., "answers": <bool>, "settings": {...}}`` (``settings``: what the adapter resolved
   under this protocol, e.g. ``{"top_k": 20, "mode": "fast"}``, checked against the system's card)
 * ``{"op": "ingest", "memory_id", "sessions": [{"session_id", "date", "turns": [{"turn_id",
-  "speaker", "text"}]}]}`` -> ``{"ok": true, "items": <int>, "errors": [<str>, ...]}``
-* ``{"op": "search", "memory_id", "question", "question_date", "limit"}`` -> ``{"ok": true,
+  "speaker", "text"}]}], "speakers": {"speaker_a", "speaker_b"}}`` -> ``{"ok": true, "items": <int>,
+  "errors": [<str>, ...]}``
+* ``{"op": "search", "memory_id", "question", "question_date", "limit", "speakers"}`` -> ``{"ok": true,
   "evidence": [{"text", "score", "source_turn_ids"}], "context": <str>}``
 * ``{"op": "answer", ...}`` (as search; only under the native protocol, to an adapter whose hello
   said ``"answers": true``) -> the search reply plus ``"answer": <str>``.
 * ``{"op": "close"}`` -> ``{"ok": true}``, then the process exits.
+
+``speakers`` (the conversation's ``speaker_a`` and ``speaker_b``, as its source names them) is set
+as ``adapter.speakers`` before each ingestion and search ({} when the harness sends none).
 
 Optional reply fields: ``built`` (ingest: what the memory holds, by name), ``errors`` and
 ``fallbacks`` (search: ERROR records logged and fallbacks noted while searching).
@@ -103,6 +107,7 @@ class Adapter:
     answers = False
     protocol = "common"
     options: dict[str, Any] = {}
+    speakers: dict[str, str] = {}  # the request's speaker_a and speaker_b (set before ingest and search)
 
     def version(self) -> str:
         return "?"
@@ -181,6 +186,7 @@ def serve(adapter: Adapter) -> None:
                 reply({"ok": True, "system": adapter.system, "version": adapter.version(),
                        "answers": bool(adapter.answers), "settings": dict(adapter.settings())})
             elif op == "ingest":
+                adapter.speakers = dict(request.get("speakers") or {})
                 adapter.take_notes()
                 with _errors_logged() as catcher:
                     items, errors = adapter.ingest(str(request["memory_id"]), list(request["sessions"]))
@@ -188,6 +194,7 @@ def serve(adapter: Adapter) -> None:
                 reply({"ok": True, "items": int(items), "errors": list(errors) + catcher.records,
                        **({"built": built} if built else {})})
             elif op in ("search", "answer"):
+                adapter.speakers = dict(request.get("speakers") or {})
                 adapter.take_notes()
                 args = (str(request["memory_id"]), str(request["question"]), request.get("question_date"),
                         int(request.get("limit") or 10))

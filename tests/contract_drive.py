@@ -42,6 +42,7 @@ from tests.fake_openai.scripted import (
     OUTSIDE_PROMPTS,
     PROMPT_ID_HEADER,
     SCHEMA_KINDS,
+    SIMPLEMEM_ANSWER,
     TEXT_KINDS,
     TEXT_KINDS_BY_PROMPT,
 )
@@ -329,11 +330,28 @@ def amem_messages(prompt_id: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": "You must respond with a JSON object."}, {"role": "user", "content": text}]
 
 
+def amem_keywords_messages() -> list[dict[str, str]]:
+    from common.systems.amem import JSON_SYSTEM, KEYWORDS_PROMPT
+
+    return [{"role": "system", "content": JSON_SYSTEM},
+            {"role": "user", "content": KEYWORDS_PROMPT.format(question="When did Caroline go to the support group?")}]
+
+
 def simplemem_messages() -> list[dict[str, str]]:
     source = package_file("simplemem", "core/memory_builder.py")
     window = "\n".join(f"[2023-05-08T13:56:00] {who}: {text}" for who, text in TURNS[:3])
     return [{"role": "user", "content": rendered(package_string(source, TEXT_KINDS[0][0]),
                                                  {"context": "", "dialogue_text": window})}]
+
+
+def simplemem_answer_messages() -> list[dict[str, str]]:
+    """SimpleMem's answer generator (systems.protocol: native): its system message and its prompt."""
+    source = package_file("simplemem", "core/answer_generator.py")
+    context = "[Context 1]\nContent: Caroline went to the LGBTQ support group on 7 May 2023.\nPersons: Caroline"
+    system = rendered(package_string(source, "You are a professional Q&A assistant"), {})
+    user = rendered(package_string(source, SIMPLEMEM_ANSWER), {"query": "When did Caroline go to the support group?",
+                                                               "context_str": context})
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def graphiti_schemas() -> dict[str, dict[str, Any]]:
@@ -357,12 +375,13 @@ def outside_requests() -> Iterator[tuple[str, dict[str, Any]]]:
     """(prompt id, request body) of every outside system's request kind the fake answers."""
     builders: dict[str, Callable[[], list[dict[str, str]]]] = {
         "mem0_extraction": mem0_messages, "amem_analyze": lambda: amem_messages("amem_analyze"),
-        "amem_evolve": lambda: amem_messages("amem_evolve")}
+        "amem_evolve": lambda: amem_messages("amem_evolve"), "amem_keywords": amem_keywords_messages}
     for prompt_id in sorted(OUTSIDE_PROMPTS):
         yield prompt_id, {"messages": builders[prompt_id](), "response_format": {"type": "json_object"}}
-    for marker, _ in TEXT_KINDS:  # SimpleMem's plain-text JSON request, through the gateway
-        assert marker == "[Current Window Dialogues]", f"no request built for the text kind {marker!r}"
-        yield GATEWAY_PREFIX + "simplemem", {"messages": simplemem_messages()}
+    simplemem = {"[Current Window Dialogues]": simplemem_messages, SIMPLEMEM_ANSWER: simplemem_answer_messages}
+    for marker, _ in TEXT_KINDS:  # SimpleMem's plain-text JSON requests, through the gateway
+        assert marker in simplemem, f"no request built for the text kind {marker!r}"
+        yield GATEWAY_PREFIX + "simplemem", {"messages": simplemem[marker]()}
     schemas = graphiti_schemas()
     for name in sorted(SCHEMA_KINDS):
         fmt = {"type": "json_schema", "json_schema": {"name": name, "schema": schemas[name]}}

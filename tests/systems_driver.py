@@ -31,7 +31,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ROOT / "systems"
@@ -172,6 +172,13 @@ def locomo_sessions(sample: str = "conv-26", count: int = 2) -> tuple[list[dict[
     return sessions, question
 
 
+def locomo_speakers(sample: str = "conv-26") -> dict[str, str]:
+    """The conversation's ``speaker_a`` and ``speaker_b``, as the harness sends them at ingest and search."""
+    data = json.loads(LOCOMO.read_text(encoding="utf-8"))
+    conv = next(c for c in data if c["sample_id"] == sample)["conversation"]
+    return {"speaker_a": conv["speaker_a"], "speaker_b": conv["speaker_b"]}
+
+
 @dataclass
 class Exchange:
     """What one drive of a child produced."""
@@ -235,16 +242,21 @@ class Child:
 
 def drive(name: str, *, sessions: int = 2, limit: int = 10, timeout: float = 900.0,
           python: Optional[Path] = None, protocol: str = "common",
+          options: Optional[dict[str, Any]] = None, sample: str = "conv-26",
+          ask: Optional[Callable[[Path], dict[str, Any]]] = None,
           question: Optional[dict[str, Any]] = None) -> Exchange:
     """Build (or reuse) ``name``'s environment, then hello / ingest / search / close its adapter
     against a fake server; every socket but the relay's refused. Under ``protocol="native"`` an
-    adapter whose hello says it answers is also asked to ``answer`` the question; ``question``
-    (``{"question", "question_date"}``) replaces the default one."""
+    adapter whose hello says it answers is also asked to ``answer`` the question. ``sample``: the
+    LoCoMo conversation; ``question`` (``{"question", "question_date"}``) replaces the driver's
+    question about conv-26; ``ask(store)``: the question to search, read from the child's store
+    after its ingestion."""
     from tests.fake_openai import FakeOpenAI
 
     python = python or build_env(name)
-    convo, default_question = locomo_sessions(count=sessions)
+    convo, default_question = locomo_sessions(sample, count=sessions)
     question = question or default_question
+    speakers = locomo_speakers(sample)
     out = Exchange()
     started = time.perf_counter()
     token = hashlib.sha256(os.urandom(16)).hexdigest()
@@ -269,13 +281,16 @@ def drive(name: str, *, sessions: int = 2, limit: int = 10, timeout: float = 900
                "SYSTEMS_DRIVER_PORT": str(relay.server_address[1]), "SYSTEMS_DRIVER_ATTEMPTS": str(attempts)}
         child = Child(python, name, env)
         try:
-            out.replies["hello"] = child.ask({"op": "hello", "protocol": protocol}, 300)
-            out.replies["ingest"] = child.ask({"op": "ingest", "memory_id": "conv-26", "sessions": convo}, timeout)
-            out.replies["search"] = child.ask({"op": "search", "memory_id": "conv-26", "limit": limit, **question},
-                                              timeout)
+            out.replies["hello"] = child.ask({"op": "hello", "protocol": protocol, "options": options or {}}, 300)
+            out.replies["ingest"] = child.ask({"op": "ingest", "memory_id": "conv-26", "sessions": convo,
+                                               "speakers": speakers}, timeout)
+            if ask is not None:
+                question = {**question, **ask(store)}
+            out.replies["search"] = child.ask({"op": "search", "memory_id": "conv-26", "limit": limit,
+                                               "speakers": speakers, **question}, timeout)
             if protocol == "native" and out.replies["hello"].get("answers"):
                 out.replies["answer"] = child.ask({"op": "answer", "memory_id": "conv-26", "limit": limit,
-                                                   **question}, timeout)
+                                                   "speakers": speakers, **question}, timeout)
             out.replies["close"] = child.ask({"op": "close"}, 120)
         finally:
             if child.proc.stdin is not None:

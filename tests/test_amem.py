@@ -35,9 +35,10 @@ def test_ingest_and_search_the_fixture_through_the_fake_server(tmp_path, fake_se
     turns = {(s["memory_id"], t["dia_id"]): s["date_time"] for s in sessions for t in s["turns"]}
     memories = {s["memory_id"] for s in sessions}
     # A-MEM's protocol: every turn is a note and is analysed; every note but a memory's first
-    # also gets the evolution call over its nearest neighbours.
+    # also gets the evolution call over its nearest neighbours; every question, its keyword call.
     expected = {"amem_analyze": len(turns), "amem_evolve": len(turns) - len(memories)}
-    assert fake_server.counts_by_kind() == expected
+    questions = len(rows(run.path("retrievals")))
+    assert fake_server.counts_by_kind() == {**expected, "amem_keywords": questions}
     # The two memories were ingested at the same time (systems.ingest_concurrency defaults to 4).
     assert fake_server.peak_in_flight["amem_analyze"] + fake_server.peak_in_flight["amem_evolve"] >= 2
     est = dryrun.estimate(load_config(["configs/locomo.yaml"], amem_sets(tmp_path)))

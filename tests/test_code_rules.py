@@ -106,7 +106,8 @@ BEAM = sorted((REPO.parent / "shared" / "data" / "beam" / "100K").glob("*/probin
 OFFICIAL_TEMPLATES = {"judge_lme_default", "judge_lme_temporal", "judge_lme_knowledge_update", "judge_lme_preference",
                       "judge_lme_abstention", "judge_locomo_mem0", "answer_mem0_user", "mem0_locomo_instructions",
                       "answer_beam_user", "judge_beam_rubric", "judge_beam_align_system", "judge_beam_align_user",
-                      "answer_realtalk_user", "context_realtalk_header", "judge_realtalk_gpt_score"}
+                      "answer_realtalk_user", "context_realtalk_header", "judge_realtalk_gpt_score",
+                      "answer_zep_system", "answer_zep_user"}
 
 
 def words(text: str) -> list[str]:

@@ -151,16 +151,16 @@ def test_prompt_id_table_matches_the_prompt_files():
     assert {"partition", "partition_repair", "extract", "extract_repair", "plan", "plan_repair", "bridge",
             "bridge_repair", "answer", "judge_locomo", "judge_lme", "mem0_extraction", "doctor",
             "plan_audit", "answer_rerank", "answer_verify", "answer_draft", "amem_analyze", "amem_evolve",
-            "judge_beam", "judge_beam_align", "judge_realtalk_gpt_score", "judge_locomo_plus",
+            "amem_keywords", "judge_beam", "judge_beam_align", "judge_realtalk_gpt_score", "judge_locomo_plus",
             "answer_count", "answer_count_merge", "answer_temporal", "answer_order",
             "answer_count_reference", "answer_temporal_answer", "answer_temporal_repair",
             "answer_age_chain"} == CHAT_KINDS
-    # The outside prompts are mem0's own extraction prompt and A-MEM's two, under the ids
-    # common.systems.mem0 and common.systems.amem send.
-    assert OUTSIDE_PROMPTS == {"mem0_extraction", "amem_analyze", "amem_evolve"}
+    # The outside prompts are mem0's own extraction prompt and A-MEM's three (two per note, its
+    # keyword step per search), under the ids common.systems.mem0 and common.systems.amem send.
+    assert OUTSIDE_PROMPTS == {"mem0_extraction", "amem_analyze", "amem_evolve", "amem_keywords"}
     assert 'prompt_id="mem0_extraction"' in (REPO / "common" / "systems" / "mem0.py").read_text()
     amem = (REPO / "common" / "systems" / "amem.py").read_text()
-    assert '"amem_analyze"' in amem and '"amem_evolve"' in amem
+    assert '"amem_analyze"' in amem and '"amem_evolve"' in amem and 'prompt_id="amem_keywords"' in amem
 
 
 def test_parse_turns_skips_image_lines():

@@ -59,6 +59,10 @@ def test_every_message_carries_its_sessions_date_from_its_speakers_side(adapter_
         for m, turn in zip(messages, first["turns"]):
             assert m["content"] == f"{turn['speaker']}: {turn['text']}"
             assert m["role"] == ("user" if turn["speaker"] == speaker else "assistant")
+    # LoCoMo's speaker_a first, as the harness names the speakers (first appearance without names).
+    assert adapter_module.ordered_speakers(sessions, {"speaker_a": "Melanie", "speaker_b": "Caroline"}) == [
+        "Melanie", "Caroline"]
+    assert adapter_module.ordered_speakers(sessions, {}) == ["Caroline", "Melanie"]
     assert adapter_module.cube_id("conv-26", 0) == "locomo_conv_26_speaker_a"
     assert adapter_module.cube_id("conv-26", 1) == "locomo_conv_26_speaker_b"
 

@@ -317,3 +317,26 @@ def test_the_systems_table_shows_the_systems_row_with_items_and_buffer_tokens(ha
     else:  # MemoryOS: buffers without evidence (most questions with the fake's replies), counted and shown
         empty = block["outcomes"]["empty_buffer"]
         assert empty > 0 and f"empty_buffer {empty} of 15" in cells["Outcomes"]
+
+
+# What each system built and the fallbacks it took, as 06 counted them from the child's replies
+# (MemoryOS, HippoRAG and Cognee report them; tests/test_own_env_fidelity.py checks the replies).
+BUILT = {"memoryos": {"pages", "segments", "user_knowledge", "assistant_knowledge"},
+         "hipporag": {"passages", "triples", "passages_without_triples", "facts", "entities"},
+         "cognee": {"graph_nodes", "graph_edges", "chunks"}}
+
+
+def test_what_the_system_built_and_its_fallbacks_reach_metrics(harness_run):
+    name, run = harness_run["name"], harness_run["run"]
+    if name not in BUILT:
+        pytest.skip(f"{name} reports no built counts of its own here")
+    block = json.loads(run.path("metrics").read_text())["memory_system"]
+    assert set(block["built"]) == BUILT[name] and block["built_memories"] == 1, block
+    if name == "hipporag":
+        # the fake's OpenIE replies give no triple: every one of the 15 searches is dense retrieval, counted
+        assert block["built"]["triples"] == 0 and block["built"]["passages"] == 19
+        assert block["search_fallbacks"] == {"dpr_no_facts": 15}
+    else:
+        assert block["search_fallbacks"] == {}
+    if name == "cognee":
+        assert block["built"]["graph_nodes"] > 0 and block["built"]["chunks"] > 0

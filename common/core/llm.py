@@ -29,17 +29,12 @@ concurrency, token accounting and secret handling are written once:
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import os
-import re
-import sqlite3
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, TypeVar
 
 from tenacity import (
@@ -50,11 +45,26 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from common.core import cache_store
-from common.core.batch import BatchDeferred, Batcher, BatchOptions, Request
-from common.core.endpoints import BaseUrl, EndpointPool, EndpointSpec, parse_endpoints, split_env
+from common.core.batch import Batcher, BatchOptions, Request
+from common.core.endpoints import EndpointPool, EndpointSpec
 from common.core.lazy import lazy_module
-from common.core.progress import bar as progress_bar
+
+# The client's parts, by concern; every name stays importable from this module.
+from common.core.llm_cache import CACHE_VERSION, ResponseCache, cache_key, is_packed, pack_reply, unpack_reply
+from common.core.llm_map import ConcurrentMap
+from common.core.llm_replies import one_line, parse_json_object, reply_logprobs, reply_text, reply_tool_calls, scrub
+from common.core.llm_types import (
+    OPENAI_DEFAULT_BASE_URL,
+    BadResponse,
+    CallStats,
+    Completion,
+    EndpointNotConfigured,
+    LLMCallError,
+    RetryPolicy,
+    RoleSettings,
+    resolve_endpoint,
+    resolve_endpoints,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -65,193 +75,17 @@ else:
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
 PROMPT_ID_HEADER = "X-Prompt-Id"  # carries ``complete(prompt_id=...)``; never part of the cache key
-OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-class EndpointNotConfigured(RuntimeError):
-    """No endpoint for a role: raised before any work starts."""
-
-
-class BadResponse(Exception):
-    """An HTTP 200 that carries no usable completion: a body that is not JSON (cut off by a
-    proxy, an HTML error page) or a completion without choices. Retried like a 5xx, never cached."""
-
-
-class LLMCallError(RuntimeError):
-    """A call failed after its retries (or failed fast). ``cause`` names the failure class."""
-
-    def __init__(self, message: str, cause: str):
-        super().__init__(message)
-        self.cause = cause
-
-
-@dataclass(frozen=True)
-class RoleSettings:
-    """Resolved settings of one role (partition, extract, plan, answer, judge, ...)."""
-
-    role: str
-    model: str
-    base_url: BaseUrl = None  # one URL, or replicas of the same model (``EndpointSpec``s)
-    temperature: Optional[float] = 0.0  # None: not sent (REALTALK's official client sends none)
-    seed: Optional[int] = 42
-    max_tokens: Optional[int] = None
-    top_p: Optional[float] = None
-    timeout: float = 120.0
-    json_mode: bool = True  # send response_format={"type": "json_object"} for JSON prompts
-    extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. vLLM chat_template_kwargs
-
-
-@dataclass
-class Completion:
-    text: str
-    cache_key: str
-    cached: bool
-    model: str
-    usage: dict[str, int]
-    latency: float
-    batch: bool = False  # answered through the Batch API in this run (priced at the batch rate)
-    # The reply's tool calls (OpenAI wire format) when the request offered ``tools``.
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    # The reply's ``choices[0].logprobs`` (wire format) when the request asked for ``logprobs``.
-    logprobs: Optional[dict[str, Any]] = None
-
-    def record(self, prompt_id: str) -> dict[str, Any]:
-        """The audit entry stored in artifact rows (no text: that is in the cache)."""
-        entry = {
-            "prompt_id": prompt_id,
-            "model": self.model,
-            "cache_key": self.cache_key,
-            "cached": self.cached,
-            "usage": self.usage,
-            "latency": round(self.latency, 4),
-        }
-        if self.batch:
-            entry["batch"] = True
-        return entry
-
-
-def resolve_endpoints(settings: RoleSettings) -> tuple[tuple[EndpointSpec, ...], str]:
-    """Return (endpoints, api_key) for a role or raise ``EndpointNotConfigured``.
-
-    Order: the role's ``base_url`` (config), ``$OPENAI_BASE_URLS``, ``$OPENAI_BASE_URL``, then
-    OpenAI itself when ``$OPENAI_API_KEY`` is set.
-    """
-    key = os.environ.get("OPENAI_API_KEY", "")
-    base: Any = settings.base_url or split_env(os.environ.get("OPENAI_BASE_URLS", "")) \
-        or os.environ.get("OPENAI_BASE_URL", "")
-    where = f"models.{settings.role}.base_url" if settings.base_url else "OPENAI_BASE_URL(S)"
-    if not base and key:
-        base = OPENAI_DEFAULT_BASE_URL
-    if not base:
-        raise EndpointNotConfigured(
-            f"no LLM endpoint for role '{settings.role}': export OPENAI_API_KEY (OpenAI) or "
-            "OPENAI_BASE_URL=http://host:port/v1 (vLLM, Ollama, llama.cpp; OPENAI_BASE_URLS=url1,url2 "
-            f"for replicas), or set models.{settings.role}.base_url in the config"
-        )
-    # Local servers accept any key; the SDK insists on a non-empty one.
-    return parse_endpoints(base, where), key or "EMPTY"
-
-
-def resolve_endpoint(settings: RoleSettings) -> tuple[str, str]:
-    """Return (base_url, api_key) for a role or raise ``EndpointNotConfigured``; for several
-    endpoints, the first: the name of the pool in the cache key."""
-    specs, key = resolve_endpoints(settings)
-    return specs[0].url, key
-
-
-# --------------------------------------------------------------------------- cache
-def cache_key(payload: dict[str, Any]) -> str:
-    """sha256 over canonical JSON of everything that changes a reply."""
-    blob = json.dumps({"v": CACHE_VERSION, **payload}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-class ResponseCache:
-    """Store of request -> reply: a SQLite (WAL) file, or a PostgreSQL database shared by every
-    worker when ``path`` is a ``postgresql://`` URL (common/core/cache_store.py); one connection per thread."""
-
-    def __init__(self, path: str, mode: str = "rw"):
-        if mode not in ("rw", "ro", "off", "refresh"):
-            raise ValueError(f"llm.cache_mode must be rw|ro|off|refresh, got {mode!r}")
-        self.path, self.mode = path, mode
-        # The shared store never lets a later writer replace a row other workers may already have
-        # used (ON CONFLICT DO NOTHING), except to refresh; a SQLite file keeps its historical write.
-        self.shared = cache_store.is_url(path)
-        self._table: Optional[cache_store.Table] = None
-        if mode != "off":
-            if not self.shared:
-                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            # synchronous=NORMAL (as the embedding cache): in WAL mode a commit no longer waits for
-            # an fsync, which with a row written per answered call capped a stage near one call per
-            # fsync; a killed process loses nothing, a power cut at most the last calls (paid again).
-            self._table = (cache_store.open_table(path, "responses") if self.shared
-                           else cache_store.open_table(path, "responses", synchronous_normal=True))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Sent to another process (a Ray task) as its location: the receiver opens its own connections.
-        return (type(self), (self.path, self.mode))
-
-    def _conn(self) -> sqlite3.Connection:
-        """The calling thread's SQLite connection (a file cache only)."""
-        if not isinstance(self._table, cache_store.SqliteTable):
-            raise TypeError(f"the cache {self.path} is not a SQLite file")
-        return self._table._conn()
-
-    def get(self, key: str) -> Optional[tuple[str, dict[str, int], float]]:
-        """(reply, usage, latency of the original call) or None."""
-        if self.mode in ("off", "refresh") or self._table is None:
-            return None
-        rows = self._table.lookup("response, usage, latency", "key=?", (key,))
-        return (rows[0][0], json.loads(rows[0][1]), float(rows[0][2] or 0.0)) if rows else None
-
-    def put(self, key: str, request: dict[str, Any], response: str, usage: dict[str, int], latency: float = 0.0):
-        if self.mode in ("off", "ro") or self._table is None:
-            return
-        self._table.insert(
-            [(key, json.dumps(request, ensure_ascii=False), response, json.dumps(usage), time.time(), latency)],
-            replace=self.mode == "refresh" or not self.shared)
-
-    def close(self) -> None:
-        if self._table is not None:
-            self._table.close()
-
-
-# --------------------------------------------------------------------------- stats
-@dataclass
-class CallStats:
-    """Per-role counters, reported at the end of each stage and stored in its manifest."""
-
-    calls: int = 0
-    cached: int = 0
-    failed: int = 0
-    retries: int = 0
-    batch: int = 0  # calls answered through the Batch API
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latencies: list[float] = field(default_factory=list)
-    failures: dict[str, int] = field(default_factory=dict)
-
-    def summary(self) -> dict[str, Any]:
-        lat = sorted(self.latencies)
-        pick = (lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 4)) if lat else None
-        return {
-            "calls": self.calls,
-            "cached": self.cached,
-            "new": self.calls - self.cached - self.failed,
-            "failed": self.failed,
-            "retries": self.retries,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "latency_mean": round(sum(lat) / len(lat), 4) if lat else None,
-            "latency_p50": pick(0.5) if pick else None,
-            "latency_p95": pick(0.95) if pick else None,
-            "failures": dict(self.failures),
-            **({"batch": self.batch} if self.batch else {}),
-        }
+__all__ = [
+    "CACHE_VERSION", "OPENAI_DEFAULT_BASE_URL", "PROMPT_ID_HEADER", "BadResponse", "CallStats", "Completion",
+    "EndpointNotConfigured", "EndpointProbe", "LLMCallError", "LLMClient", "ResponseCache", "RetryPolicy",
+    "RoleSettings", "cache_key", "embed_texts", "failure_cause", "parse_json_object", "resolve_endpoint",
+    "resolve_endpoints", "scrub", "system_sdk_client",
+]
 
 
 # --------------------------------------------------------------------------- retries
@@ -293,63 +127,12 @@ def _checked(call: Callable[[], R]) -> R:
         raise BadResponse(f"response body is not valid JSON ({exc.msg})") from exc
 
 
-def _reply_text(resp: Any) -> str:
-    """The message text of a chat completion, or ``BadResponse`` when there is no completion."""
-    choices = getattr(resp, "choices", None)
-    if not isinstance(choices, list) or not choices or getattr(choices[0], "message", None) is None:
-        shown = type(resp).__name__ if not isinstance(resp, str) else repr(resp[:60])
-        raise BadResponse(f"response is not a chat completion with a message: {shown}")
-    return choices[0].message.content or ""
-
-
 def _passed(**fields: Any) -> dict[str, Any]:
     """The request fields a caller gave (None = not given: the body, and so the key, stay as before)."""
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def _tool_calls(resp: Any) -> list[dict[str, Any]]:
-    """The tool calls of a chat completion in wire format (``id``, ``type``, ``function``)."""
-    calls = getattr(resp.choices[0].message, "tool_calls", None) or []
-    return [c.model_dump(mode="json", exclude_none=True) if hasattr(c, "model_dump") else dict(c) for c in calls]
-
-
-def _logprobs(resp: Any) -> Optional[dict[str, Any]]:
-    """``choices[0].logprobs`` of a chat completion in wire format (None when the server sent none)."""
-    lp = getattr(resp.choices[0], "logprobs", None)
-    if lp is None:
-        return None
-    return lp.model_dump(mode="json") if hasattr(lp, "model_dump") else dict(lp)
-
-
-def _packed(body: dict[str, Any]) -> bool:
-    """A request whose cached reply is more than its text (tools or logprobs asked for)."""
-    return "tools" in body or "logprobs" in body
-
-
-def _pack(text: str, calls: list[dict[str, Any]], logprobs: Optional[dict[str, Any]] = None) -> str:
-    """The cached reply of a request with tools or logprobs: its text, its tool calls and (when
-    asked for) its logprobs, as one JSON string."""
-    packed: dict[str, Any] = {"content": text, "tool_calls": calls}
-    if logprobs is not None:
-        packed["logprobs"] = logprobs
-    return json.dumps(packed, ensure_ascii=False)
-
-
-def _unpack(stored: str, packed: bool) -> tuple[str, list[dict[str, Any]], Optional[dict[str, Any]]]:
-    if not packed:
-        return stored, [], None
-    reply = json.loads(stored)
-    return reply["content"], list(reply["tool_calls"]), reply.get("logprobs")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int = 6
-    initial_wait: float = 1.0
-    max_wait: float = 30.0
-
-
-class LLMClient:
+class LLMClient(ConcurrentMap):
     """Chat completions and embeddings for all roles, with cache, retry and stats."""
 
     def __init__(
@@ -434,7 +217,7 @@ class LLMClient:
         except (openai.OpenAIError, BadResponse) as exc:
             cause = _failure_cause(exc)
             secret = os.environ.get("OPENAI_API_KEY", "")
-            raise LLMCallError(scrub(f"batch API call failed ({cause}): {_one_line(exc)}", secret), cause) from None
+            raise LLMCallError(scrub(f"batch API call failed ({cause}): {one_line(exc)}", secret), cause) from None
         raise AssertionError("unreachable: tenacity reraises")
 
     def workers(self) -> int:
@@ -520,7 +303,7 @@ class LLMClient:
         headers = {PROMPT_ID_HEADER: prompt_id} if prompt_id else None  # not in ``key``
         # A request with tools or logprobs is never batched (the batch stores a reply's text only).
         if self.batcher and role in self.batcher.roles and self._rounds and self.cache.mode != "ro" \
-                and not _packed(body):
+                and not is_packed(body):
             done = self._from_batch(role, settings, key, stat)
             if done is not None:
                 return done
@@ -560,7 +343,7 @@ class LLMClient:
                 stat.cached += 1
             # A cache hit reports the ORIGINAL call's latency (flagged cached): online-efficiency
             # tables stay meaningful when a run is rebuilt from the cache.
-            text, calls, lp = _unpack(hit[0], _packed(body))
+            text, calls, lp = unpack_reply(hit[0], is_packed(body))
             return Completion(text, key, True, settings.model, hit[1], hit[2], tool_calls=calls, logprobs=lp)
         if self.cache.mode == "ro":
             with self._lock:
@@ -594,7 +377,7 @@ class LLMClient:
                 stat.failed += 1
                 stat.failures[cause] = stat.failures.get(cause, 0) + 1
             # The message ends up in artifact rows and logs; a server may echo the key it was sent.
-            raise LLMCallError(scrub(f"{role} call failed ({cause}): {_one_line(exc)}", api_key), cause) from None
+            raise LLMCallError(scrub(f"{role} call failed ({cause}): {one_line(exc)}", api_key), cause) from None
         latency = time.perf_counter() - t0
         usage = {
             "prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
@@ -604,9 +387,9 @@ class LLMClient:
             stat.prompt_tokens += usage["prompt_tokens"]
             stat.completion_tokens += usage["completion_tokens"]
             stat.latencies.append(latency)
-        calls = _tool_calls(resp) if "tools" in body else []
-        lp = _logprobs(resp) if "logprobs" in body else None
-        self.cache.put(key, {"base_url": base_url, **body}, _pack(text, calls, lp) if _packed(body) else text,
+        calls = reply_tool_calls(resp) if "tools" in body else []
+        lp = reply_logprobs(resp) if "logprobs" in body else None
+        self.cache.put(key, {"base_url": base_url, **body}, pack_reply(text, calls, lp) if is_packed(body) else text,
                        usage, latency)
         return Completion(text, key, False, settings.model, usage, latency, tool_calls=calls, logprobs=lp)
 
@@ -640,7 +423,7 @@ class LLMClient:
             client = self._client(url, api_key, timeout)
             resp = _checked(lambda: client.chat.completions.create(
                 **body, extra_body=extra or None, extra_headers=headers))
-            text = _reply_text(resp)
+            text = reply_text(resp)
             ok = True
             return resp, text
         except openai.APIConnectionError as exc:
@@ -657,67 +440,6 @@ class LLMClient:
         return {u: v for p in pools if len(p.urls) > 1 for u, v in p.summary().items()}
 
     # ---- concurrency
-    def map(
-        self, fn: Callable[[T], R], items: list[T], *, desc: str = "", progress: bool = True
-    ) -> Iterator[tuple[T, R]]:
-        """Apply ``fn`` to items with at most ``workers()`` in flight; yield as completed.
-
-        Exceptions raised by ``fn`` propagate: stage functions turn call failures into
-        recorded failure rows themselves, so an exception here is a bug, not a bad reply.
-        With batch roles, items whose calls were queued for a batch (``BatchDeferred``) are run
-        again once the batch has answered, until every item has yielded.
-        """
-        bar = progress_bar(total=len(items), desc=desc, enabled=progress)
-        todo = list(items)
-        try:
-            while todo:
-                deferred: list[T] = []
-                with self._in_rounds():
-                    for item, out in self._round(fn, todo):
-                        if isinstance(out, BatchDeferred):
-                            deferred.append(item)
-                            continue
-                        yield item, out
-                        bar.update(1)
-                if deferred:
-                    assert self.batcher is not None  # only batch roles defer
-                    self.batcher.flush()
-                todo = deferred
-        finally:
-            bar.close()
-
-    @contextmanager
-    def _in_rounds(self) -> Iterator[None]:
-        with self._lock:
-            self._rounds += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._rounds -= 1
-
-    def _round(self, fn: Callable[[T], R], items: list[T]) -> Iterator[tuple[T, Any]]:
-        def run(item: T) -> Any:
-            try:
-                return fn(item)
-            except BatchDeferred as deferred:
-                return deferred
-
-        if self.workers() == 1 or os.environ.get("HARNESS_SERIAL") == "1":
-            for item in items:
-                yield item, run(item)
-            return
-        with ThreadPoolExecutor(max_workers=self.workers()) as pool:
-            futures = {pool.submit(run, item): item for item in items}
-            try:
-                for fut in as_completed(futures):
-                    yield futures[fut], fut.result()
-            except BaseException:
-                # Ctrl-C, or the consumer stopped: drop the calls not yet started, so leaving the
-                # pool waits only for those in flight (paid, so their replies still reach the cache).
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-
     def summary(self) -> dict[str, Any]:
         out = {role: s.summary() for role, s in sorted(self.stats.items())}
         for role, entry in out.items():
@@ -774,7 +496,7 @@ def embed_texts(
                         raise BadResponse(f"response is not an embedding list: {type(resp).__name__}")
         except (openai.OpenAIError, BadResponse) as exc:
             cause = _failure_cause(exc)
-            raise LLMCallError(scrub(f"embedding call failed ({cause}): {_one_line(exc)}", key), cause) from None
+            raise LLMCallError(scrub(f"embedding call failed ({cause}): {one_line(exc)}", key), cause) from None
         assert isinstance(data, list)  # checked inside the attempt that succeeded
         out.extend(d.embedding for d in sorted(data, key=lambda d: d.index))
     return out
@@ -845,45 +567,6 @@ class EndpointProbe:
         else:
             text = f"{type(exc).__name__}: {exc}"
         return scrub(" ".join(text.split())[:200], self.key), refused
-
-
-# --------------------------------------------------------------------------- JSON replies
-_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
-_THINK = re.compile(r"^.*</think>", re.S)
-
-
-def parse_json_object(text: str) -> dict[str, Any]:
-    """Parse a JSON object from a model reply.
-
-    Tolerates what OpenAI-compatible servers commonly wrap around JSON (a leading reasoning
-    block closed by ``</think>``, a code fence, prose before the object) but never guesses
-    content: the first decodable object is returned, or ``ValueError`` is raised.
-    """
-    s = _THINK.sub("", text).strip()
-    s = _FENCE.sub("", s).strip()
-    dec = json.JSONDecoder()
-    for i, ch in enumerate(s):
-        if ch == "{":
-            try:
-                obj, _ = dec.raw_decode(s, i)
-            except json.JSONDecodeError as exc:
-                if exc.pos >= len(s) - 1 or s.count("{", i) > s.count("}", i):
-                    # The object never closes: the reply was cut off (max_tokens). Say so instead
-                    # of returning some complete object nested inside it.
-                    raise ValueError(f"truncated JSON reply ({len(s)} chars): {exc.msg}") from None
-                continue
-            if isinstance(obj, dict):
-                return obj
-    raise ValueError(f"no JSON object in reply: {s[:80]!r}")
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
-
-
-def scrub(text: str, secret: str) -> str:
-    """``text`` with every occurrence of the API key masked (error bodies may quote it)."""
-    return text.replace(secret, "***") if secret and secret != "EMPTY" else text
 
 
 def _replace(settings: RoleSettings, **changes: Any) -> RoleSettings:

@@ -7,6 +7,15 @@ their context and tags (the note "evolves" the memory). Notes live in a Chroma c
 documents are the note text plus its context, keywords and tags. A question is answered from
 the ``top_k`` nearest notes and the notes they link to (``find_related_memories_raw``'s rule).
 
+Search, as A-MEM's own LoCoMo evaluation (WujiangXu/A-mem ``test_advanced.py``,
+``generate_query_llm``): the LLM first turns the question into keywords (its prompt, byte for byte,
+id ``amem_keywords``), and the notes are searched with those (option ``query: keywords``, both
+protocols; ``question`` searches with the question itself). A reply without a ``keywords`` string
+is searched as its raw text, as the reference does, and counted as a fallback
+(``keywords_unparsed``). Under ``systems.protocol: native`` the buffer is A-MEM's own rendering of
+the hits (``find_related_memories_raw``: time, content, context, keywords, tags). After ingestion
+the memory's note count is reported (``outcomes``), so an empty memory is counted.
+
 How it is wired here: each memory gets its own Chroma store (``chromadb.PersistentClient``, an
 embedded SQLite + HNSW database under the memory's state directory; opened by the adapter and
 closed after ingestion), anonymised telemetry off. Chroma's default embedding function would
@@ -24,6 +33,7 @@ ids appear in the evolution prompt and random ids would change every prompt's ca
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -36,9 +46,21 @@ from common.core.llm import LLMCallError
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
-from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, turn_text
+from common.systems import outcomes
+from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, render, turn_text
 
-DEFAULTS = {"top_k": 10}
+DEFAULTS = {"top_k": 10, "query": "keywords"}
+QUERIES = ("keywords", "question")
+# A-MEM's keyword step before search: generate_query_llm's prompt in its LoCoMo evaluation
+# (WujiangXu/A-mem@17ce6b6 test_advanced.py), byte for byte, the f-string's slot as {question}.
+KEYWORDS_PROMPT = ("Given the following question, generate several keywords, using 'cosmos' as the separator.\n\n"
+                   "                Question: {question}\n\n"
+                   "                Format your response as a JSON object with a \"keywords\" field containing the "
+                   "selected text. \n\n"
+                   "                Example response format:\n"
+                   "                {{\"keywords\": \"keyword1, keyword2, keyword3\"}}")
+# A-MEM's controller sends this system message with every call (the research code's too).
+JSON_SYSTEM = "You must respond with a JSON object."
 AMEM_VERSION = "0.2.6"
 # A-MEM's analysis prompt and evolution prompt (o200k tokens, without the note and neighbours):
 # the dry run's estimate.
@@ -114,12 +136,10 @@ class _HarnessLLM:
         self.errors: list[str] = []
 
     def get_completion(self, prompt: str, response_format: Any = None, temperature: float = 1.0,
-                       **kwargs: Any) -> str:
+                       prompt_id: Optional[str] = None, **kwargs: Any) -> str:
         schema = ((response_format or {}).get("json_schema") or {}).get("schema") or {}
-        prompt_id = "amem_evolve" if "should_evolve" in schema.get("properties", {}) else "amem_analyze"
-        # A-MEM's OpenAI controller sends this system message with every call.
-        messages = [{"role": "system", "content": "You must respond with a JSON object."},
-                    {"role": "user", "content": prompt}]
+        prompt_id = prompt_id or ("amem_evolve" if "should_evolve" in schema.get("properties", {}) else "amem_analyze")
+        messages = [{"role": "system", "content": JSON_SYSTEM}, {"role": "user", "content": prompt}]
         started = time.perf_counter()
         try:
             c = self.client.complete("memory", messages, json_mode=True, prompt_id=prompt_id)
@@ -157,10 +177,13 @@ class AMem(MemorySystem):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.opts = self.options(DEFAULTS)
+        if self.opts["query"] not in QUERIES:
+            raise ValueError(f"method.options.query: {self.opts['query']!r}; known: {list(QUERIES)}")
         self.open: dict[str, Any] = {}
 
     def settings(self) -> dict[str, Any]:
-        return {**self.opts, "a-mem": AMEM_VERSION}
+        own = {**self.opts, "a-mem": AMEM_VERSION}
+        return {**own, "protocol": "native"} if self.protocol == "native" else own
 
     def _memory(self, state: Path, llm: _HarnessLLM) -> Any:
         ms = _import_amem()
@@ -184,21 +207,43 @@ class AMem(MemorySystem):
                         raise RuntimeError(f"A-MEM ingestion of {view.memory_id} {session.session_id} "
                                            f"{dia_id} failed: {llm.errors[0]}")
                 self.ctx.advance(1)
+            notes = int(memory.retriever.count())
+            outcomes.note_items(notes)  # 0: an empty memory, counted
+            outcomes.note_built(notes=notes)
         finally:
             _close(memory)
         spent.seconds = round(time.perf_counter() - started, 4)
         return spent
 
+    def search_query(self, question: str, spent: Spent) -> str:
+        """What the notes are searched with: the keywords the LLM gives for the question (A-MEM's
+        ``generate_query_llm``), or the question itself (option ``query: question``)."""
+        if self.opts["query"] == "question":
+            return question
+        reply = _HarnessLLM(self.ctx.llm, spent).get_completion(KEYWORDS_PROMPT.format(question=question),
+                                                                prompt_id="amem_keywords")
+        try:
+            keywords = json.loads(reply)["keywords"]
+        except (ValueError, TypeError, KeyError):
+            keywords = None
+        if isinstance(keywords, str) and keywords.strip():
+            return keywords
+        # The reference searches with the reply's raw text when it does not parse; so does this, counted.
+        outcomes.note_fallback("keywords_unparsed", reply[:200])
+        return reply.strip() or question
+
     def search(self, question: Question, view: MemoryView) -> Found:
-        started = time.perf_counter()
+        started, spent = time.perf_counter(), Spent()
         mid = question.memory_id
         if mid not in self.open:
             self.open[mid] = self._memory(self.ctx.state_dir / mid, _HarnessLLM(None, Spent()))
         memory, k = self.open[mid], int(self.opts["top_k"])
         evidence: list[Evidence] = []
         seen: set[str] = set()
+        query, raw = question.question, ""
         if memory.retriever.count():
-            hits = memory.retriever.search(question.question, k)
+            query = self.search_query(question.question, spent)
+            hits = memory.retriever.search(query, k)
             ids, metas = hits["ids"][0][:k], hits["metadatas"][0][:k]
             # The k nearest notes, then the notes each links to (up to k per hit), each note once.
             for doc_id, meta, distance in zip(ids, metas, hits["distances"][0]):
@@ -211,7 +256,22 @@ class AMem(MemorySystem):
                     if note is not None:
                         seen.add(link)
                         evidence.append(_evidence(link, note.content, note.timestamp or "", note.context, None))
-        return Found(evidence, Spent(seconds=round(time.perf_counter() - started, 4)), {"top_k": k})
+            if self.protocol == "native":  # A-MEM's own rendering of the same search
+                raw = memory.find_related_memories_raw(query, k)
+        spent.seconds = round(time.perf_counter() - started, 4)
+        info = {"top_k": k, "query": query, **({"rendered": raw} if self.protocol == "native" else {})}
+        return Found(evidence, spent, info)
+
+    def row(self, question: Question, view: MemoryView) -> Any:
+        """The default row; under the native protocol A-MEM's own rendering is the buffer."""
+        started = time.perf_counter()
+        found = self.search(question, view)
+        own = str(found.info.pop("rendered", ""))  # the buffer itself, not a note beside it
+        row = render(question, self.name, found, round(time.perf_counter() - started, 4))
+        if self.protocol == "native" and found.evidence:
+            row.buffer_text = own.rstrip("\n")
+            row.buffer_tokens = count_tokens(row.buffer_text) if row.buffer_text else 0
+        return row
 
     @classmethod
     def estimate_ingest(cls, view: MemoryView, cfg: Config) -> Optional[Spent]:
@@ -222,6 +282,15 @@ class AMem(MemorySystem):
         prompt = sum(ANALYZE_PROMPT_TOKENS + t for t in turns)
         prompt += sum(EVOLVE_PROMPT_TOKENS + t + 5 * 80 for t in turns[1:])
         return Spent(calls=max(0, 2 * n - 1), prompt_tokens=prompt, completion_tokens=n * 60 + max(0, n - 1) * 80)
+
+    @classmethod
+    def estimate_search(cls, question: Question, cfg: Config) -> Spent:
+        """The keyword call of one question (none with ``query: question``): its prompt and A-MEM's
+        system message, a short reply."""
+        if {**DEFAULTS, **cfg.method.options}["query"] == "question":
+            return Spent()
+        prompt = count_tokens(JSON_SYSTEM) + count_tokens(KEYWORDS_PROMPT.format(question=question.question)) + 8
+        return Spent(calls=1, prompt_tokens=prompt, completion_tokens=20)
 
 
 def _evidence(doc_id: str, content: str, timestamp: str, context: str, score: Optional[float]) -> Evidence:

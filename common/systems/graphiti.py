@@ -1,18 +1,25 @@
 """Graphiti (``method.name: graphiti``): Zep's open temporal knowledge-graph engine, ``graphiti-core``,
 run locally under the harness.
 
-Ingestion: each session of a memory becomes one Graphiti episode (``add_episode``, source
-``message``), in time order, its ``reference_time`` the session date and its body the session's
-turns as ``speaker: text`` lines (image captions appended when images are on). Graphiti extracts
-entities and facts (edges with validity dates) from each episode with its own prompts, resolves
-them against the graph built so far and keeps entity summaries.
+Ingestion: under the common protocol each session of a memory becomes one Graphiti episode
+(``add_episode``, source ``message``), in time order, its ``reference_time`` the session date and
+its body the session's turns as ``speaker: text`` lines (image captions appended when images are
+on). Under ``systems.protocol: native`` each turn is its own episode, as Zep's LoCoMo ingestion adds
+them (getzep/zep-papers, ``zep_locomo_ingestion.py``: one ``graph.add`` of type ``message`` per
+turn, ``speaker: text``, created at the session date). Graphiti extracts entities and facts (edges
+with validity dates) from each episode with its own prompts, resolves them against the graph built
+so far and keeps entity summaries. What a memory's graph holds (entities, facts, episodes) is
+reported per memory (``outcomes.note_built``); a graph with no entity and no fact is an empty memory.
 
 Search follows Zep's published LoCoMo evaluation (getzep/zep-papers,
 ``kg_architecture_agent_memory/locomo_eval/zep_locomo_search.py``): two searches per question,
 nodes (entities) with RRF reranking and edges (facts) with the cross-encoder reranker, 20 of
-each, rendered with that script's context template (``ZEP_CONTEXT_TEMPLATE``, byte-exact: facts
-with their ``event_time``, entities with their summaries). The harness's answer prompt and judge
-then read that context like any other system's evidence buffer.
+each, Graphiti's recipes as they are (the edges' recipe searches BM25, cosine similarity and
+breadth-first search from the nodes those found; on Kuzu the last runs level by level,
+``common.systems.graphiti_bfs``), rendered with that script's context template
+(``ZEP_CONTEXT_TEMPLATE``, byte-exact: facts with their ``event_time``, entities with their
+summaries). The harness's answer prompt (common protocol) or Zep's own (native) and the harness's
+judge then read that context like any other system's evidence buffer.
 
 Local and offline: the graph store is Kuzu, embedded (one database file per memory under the
 memory's state directory; a rerun opens it again). Graphiti's LLM, embedder and reranker are its
@@ -20,7 +27,7 @@ OpenAI-compatible clients configured with the harness gateway's base URL and a s
 (``ctx.gateway.session``: one per memory ingested and one per search, so every call, the
 reranker's at search too, is recorded with the memory role and reaches the ledger); telemetry
 is off (``GRAPHITI_TELEMETRY_ENABLED=false`` before the import).
-Departures from the published run are listed in docs/memory-systems.md.
+Departures from the published run are listed in its protocol card (common/systems/cards/graphiti.yaml).
 """
 from __future__ import annotations
 
@@ -38,13 +45,18 @@ from common.core.config import Config
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
-from common.systems import outcomes
+from common.systems import graphiti_bfs, outcomes
 from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, render, turn_text
 
 GRAPHITI_VERSION = "0.31.2"
 DEFAULTS: dict[str, Any] = {"edge_limit": 20, "node_limit": 20, "edge_reranker": "cross_encoder",
                             "node_reranker": "rrf", "group_id": "locomo"}
 RERANKERS = ("rrf", "cross_encoder", "mmr")
+# The search methods of Graphiti's recipes (graphiti-core 0.31.2, search_config_recipes.py), kept as
+# they are: only the edges' cross-encoder recipe adds breadth-first search.
+EDGE_SEARCH = {"cross_encoder": "bm25, cosine_similarity, breadth_first_search", "rrf": "bm25, cosine_similarity",
+               "mmr": "bm25, cosine_similarity"}
+NODE_SEARCH = "bm25, cosine_similarity"
 # The context template of Zep's LoCoMo search script (getzep/zep-papers,
 # kg_architecture_agent_memory/locomo_eval/zep_locomo_search.py, TEMPLATE), byte-exact: it is
 # their context format, reproduced as published.
@@ -90,6 +102,7 @@ def _import_graphiti() -> Any:
         logging.getLogger(name).setLevel(logging.ERROR)
     import graphiti_core
 
+    graphiti_bfs.install()
     return graphiti_core
 
 
@@ -110,6 +123,13 @@ def episode_body(session: Session, include_images: bool) -> str:
     return "\n".join(f"{t.speaker}: {turn_text(t, include_images)}" for t in session.turns)
 
 
+def turn_episodes(session: Session) -> list[tuple[str, str]]:
+    """(name, body) of each turn's episode under the native protocol: ``speaker: text``, as Zep's
+    ingestion sends it. No caption: Zep's script reads it from a key (``blip_captions``) that LoCoMo's
+    turns do not have (they say ``blip_caption``), so none reached its graph."""
+    return [(t.dia_id or f"{session.session_id}:{i}", f"{t.speaker}: {t.text}") for i, t in enumerate(session.turns)]
+
+
 def compose_context(edges: list[Any], nodes: list[Any]) -> str:
     """Zep's context: the facts with their event time, the entities with their summaries."""
     facts = [f"  - {e.fact} (event_time: {e.valid_at})" for e in edges]
@@ -117,17 +137,17 @@ def compose_context(edges: list[Any], nodes: list[Any]) -> str:
     return ZEP_CONTEXT_TEMPLATE.format(facts="\n".join(facts), entities="\n".join(entities))
 
 
-def _stored_items(db: Any) -> int:
-    """The entities and facts a memory's graph holds (what its search can return)."""
+def _stored(db: Any) -> dict[str, int]:
+    """What a memory's graph holds: entities (nodes), facts (edges) and episodes."""
     import kuzu
 
     conn = kuzu.Connection(db)
     try:
-        total = 0
-        for table in ("Entity", "RelatesToNode_"):
+        counts = {}
+        for name, table in (("nodes", "Entity"), ("edges", "RelatesToNode_"), ("episodes", "Episodic")):
             result: Any = conn.execute(f"MATCH (n:{table}) RETURN count(n)")
-            total += int(result.get_next()[0])
-        return total
+            counts[name] = int(result.get_next()[0])
+        return counts
     finally:
         conn.close()
 
@@ -144,6 +164,9 @@ class Graphiti(MemorySystem):
     stages = PROTOCOL_STAGES
     role = "memory"
     uses_gateway = True
+    # Under the native protocol 07 answers with Zep's own LoCoMo answer prompt (zep_locomo_responses.py:
+    # common/prompts/answer_zep_system.txt and answer_zep_user.txt, byte for byte) over Zep's context.
+    native_answer_prompt = "zep"
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
@@ -157,8 +180,11 @@ class Graphiti(MemorySystem):
         self.drivers: dict[str, Any] = {}
 
     def settings(self) -> dict[str, Any]:
+        native = self.protocol == "native"
         return {**self.opts, "graphiti-core": GRAPHITI_VERSION, "template": ZEP_CONTEXT_TEMPLATE,
-                "model": self.ctx.cfg.role("memory").model}
+                "model": self.ctx.cfg.role("memory").model, "episode": "turn" if native else "session",
+                "edge_search": EDGE_SEARCH[self.opts["edge_reranker"]], "node_search": NODE_SEARCH,
+                **({"protocol": "native"} if native else {})}
 
     # ---- wiring
     def _endpoint(self) -> Any:
@@ -215,17 +241,22 @@ class Graphiti(MemorySystem):
         sessions = sorted(view.sessions, key=session_date)  # time order (stable for equal dates)
         driver = self._driver(state_dir)
 
+        per_turn = self.protocol == "native"
+
         async def run(session: Any) -> None:
             engine, clients = self._graphiti(driver, session)
             try:
                 for s in sessions:
-                    try:
-                        await engine.add_episode(name=s.session_id, source_description="conversation",
-                                                 episode_body=episode_body(s, self.ctx.include_images),
-                                                 reference_time=session_date(s), group_id=self.opts["group_id"])
-                    except Exception as exc:
-                        raise RuntimeError(f"graphiti ingestion of {view.memory_id} {s.session_id} failed: "
-                                           f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+                    episodes = turn_episodes(s) if per_turn else \
+                        [(s.session_id, episode_body(s, self.ctx.include_images))]
+                    for name, body in episodes:
+                        try:
+                            await engine.add_episode(name=name, source_description="conversation", episode_body=body,
+                                                     reference_time=session_date(s), group_id=self.opts["group_id"])
+                        except Exception as exc:
+                            raise RuntimeError(f"graphiti ingestion of {view.memory_id} {name} failed: "
+                                               f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+                    self.ctx.advance(1)
             finally:
                 for client in clients:
                     await client.close()
@@ -233,7 +264,9 @@ class Graphiti(MemorySystem):
         try:
             with self._endpoint().session(spent) as session:
                 asyncio.run(run(session))
-            outcomes.note_items(_stored_items(driver.db))  # entities and facts: 0 is an empty memory
+            built = _stored(driver.db)
+            outcomes.note_built(**built)
+            outcomes.note_items(built["nodes"] + built["edges"])  # entities and facts: 0 is an empty memory
         finally:
             driver.db.close()
         spent.seconds = round(time.perf_counter() - started, 4)
@@ -246,15 +279,10 @@ class Graphiti(MemorySystem):
                 "cross_encoder": recipes.EDGE_HYBRID_SEARCH_CROSS_ENCODER}[self.opts["edge_reranker"]]
         node = {"rrf": recipes.NODE_HYBRID_SEARCH_RRF, "mmr": recipes.NODE_HYBRID_SEARCH_MMR,
                 "cross_encoder": recipes.NODE_HYBRID_SEARCH_CROSS_ENCODER}[self.opts["node_reranker"]]
-        edge, node = (edge.model_copy(update={"limit": int(self.opts["edge_limit"])}, deep=True),
-                      node.model_copy(update={"limit": int(self.opts["node_limit"])}, deep=True))
-        # Breadth-first search from the found nodes is left out: on Kuzu it exhausted 20 GB of
-        # memory on one LoCoMo conversation (graphiti-core 0.31.2). BM25 and cosine similarity remain.
-        edges, nodes = edge.edge_config, node.node_config
-        assert edges is not None and nodes is not None  # both recipes configure their part
-        edges.search_methods = [m for m in edges.search_methods if m.value != "breadth_first_search"]
-        nodes.search_methods = [m for m in nodes.search_methods if m.value != "breadth_first_search"]
-        return edge, node
+        # The recipes' search methods as they are, breadth-first search included (on Kuzu, the
+        # harness's level-by-level query: graphiti_bfs); only the limits are Zep's 20.
+        return (edge.model_copy(update={"limit": int(self.opts["edge_limit"])}, deep=True),
+                node.model_copy(update={"limit": int(self.opts["node_limit"])}, deep=True))
 
     def search(self, question: Question, view: MemoryView) -> Found:
         started, spent = time.perf_counter(), Spent()
@@ -298,15 +326,20 @@ class Graphiti(MemorySystem):
         one resolution call per fact (``FACTS_PER_TURN`` assumed); each with the episode and, for
         the first two, the previous episodes Graphiti shows as context (up to 3 sessions)."""
         calls = prompt = completion = 0
-        texts = [count_tokens(episode_body(s, cfg.episodes.include_images)) for s in view.sessions]
-        for i, (s, body) in enumerate(zip(view.sessions, texts)):
+        if cfg.systems.protocol == "native":  # one episode per turn (of one turn each)
+            units = [(count_tokens(body), 1) for s in view.sessions for _, body in turn_episodes(s)]
+        else:
+            units = [(count_tokens(episode_body(s, cfg.episodes.include_images)), len(s.turns))
+                     for s in view.sessions]
+        texts = [tokens for tokens, _ in units]
+        for i, (body, turns) in enumerate(units):
             earlier = sum(texts[max(0, i - 3):i])
-            facts = round(FACTS_PER_TURN * len(s.turns))
+            facts = round(FACTS_PER_TURN * turns)
             calls += 4 + facts
             prompt += (CALL_TOKENS["entities"] + CALL_TOKENS["nodes"] + 2 * (body + earlier)
                        + CALL_TOKENS["edges"] + body + earlier + CALL_TOKENS["summaries"] + body
                        + facts * CALL_TOKENS["edge_dedupe"])
-            completion += 60 * len(s.turns) + 40 * facts + 150
+            completion += 60 * turns + 40 * facts + 150
         return Spent(calls=calls, prompt_tokens=prompt, completion_tokens=completion)
 
     @classmethod

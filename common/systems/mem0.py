@@ -5,11 +5,16 @@ session's turns are added for EACH speaker's memory, that speaker's turns as rol
 the other's as ``assistant``, content ``"<speaker>: <text>"``, ``batch_size`` (2) messages per
 ``add`` call, the session date as metadata ``timestamp``, with the evaluation's custom
 instructions. Search (``search.py``): the question against both speakers' memories, ``top_k``
-(10) each. Departures, all stated in docs/memory-systems.md: sessions are added one speaker after the other
-(mem0's script runs the two speakers in two threads, an order that varies between runs); the
-extraction prompt's "current date" is the session date, not the day the run happens (else every
-call's cache key would change daily); each batch's turn ids ride along in the metadata (never in
-a prompt) so evidence recall can be measured.
+each: 10 under ``systems.protocol: common``, 30 under ``native`` (mem0's evaluation Makefile runs
+``search.py`` with ``--top_k 30``), where 07 also answers with mem0's ``ANSWER_PROMPT``
+(``answer.prompt: mem0``) and the speakers come in the benchmark's order (speaker_a first, as
+mem0's ``add.py`` and its answer prompt's ``speaker_1`` have them). After ingestion the memory's
+size is reported (``outcomes``: items, memories per speaker), so a memory mem0 left empty is
+counted. Departures, all in its protocol card (``common/systems/cards/mem0.yaml``): sessions are
+added one speaker after the other (mem0's script runs the two speakers in two threads, an order
+that varies between runs); the extraction prompt's "current date" is the session date, not the
+day the run happens (else every call's cache key would change daily); each batch's turn ids ride
+along in the metadata (never in a prompt) so evidence recall can be measured.
 
 Local and offline: the LLM is the harness's cached client (role ``memory``), embeddings the
 harness's sentence-transformers model, the vector store Qdrant's embedded mode (a directory per
@@ -34,9 +39,12 @@ from common.core.llm import LLMCallError
 from common.core.schema import Question, Session
 from common.core.tokens import count_tokens
 from common.method.render import MemoryView
+from common.systems import outcomes
 from common.systems.base import PROTOCOL_STAGES, Context, Evidence, Found, MemorySystem, Spent, turn_text
 
 DEFAULTS = {"top_k": 10, "batch_size": 2, "threshold": 0.1, "instructions": "mem0_locomo_instructions"}
+# systems.protocol: native: mem0's evaluation Makefile (run-mem0-search) passes --top_k 30.
+NATIVE = {"top_k": 30}
 EXTRACTION_PROMPT_TOKENS = 7606  # mem0ai 2.2.1's ADDITIVE_EXTRACTION_PROMPT (o200k), for the dry run
 _dates = threading.local()  # the session date the extraction prompt states as "current date"
 
@@ -99,9 +107,14 @@ class _HarnessEmbedder:
         return [[float(x) for x in v] for v in self.embedder.encode([str(t) for t in texts])]
 
 
-def speakers(view: MemoryView) -> list[str]:
-    """The memory's two speakers in order of first appearance (LoCoMo: speaker_a, speaker_b)."""
+def speakers(view: MemoryView, declared: bool = False) -> list[str]:
+    """The memory's two speakers in order of first appearance; ``declared``: in the order the
+    benchmark declares them (LoCoMo's speaker_a, speaker_b), when both speak, as mem0's ``add.py``
+    and its answer prompt order them."""
     seen = list(dict.fromkeys(t.speaker for s in view.sessions for t in s.turns))
+    named = list(dict.fromkeys(n for s in view.sessions for n in s.speakers))
+    if declared and len(named) >= 2 and set(seen) <= set(named[:2]):
+        return named[:2]
     return (seen + ["user", "assistant"])[:2] if len(seen) < 2 else seen[:2]
 
 
@@ -114,18 +127,39 @@ def session_messages(session: Session, me: str, include_images: bool) -> list[di
     return out
 
 
+def _note_size(memory: Any, who: list[str]) -> None:
+    """What mem0 built for this memory (``outcomes``): its memories, and per speaker (first and
+    second, in the order they were added); 0 items is an empty memory, counted."""
+    from qdrant_client.models import FieldCondition, Filter, MatchValue
+
+    store = memory.vector_store
+    counts = [int(store.client.count(store.collection_name, exact=True, count_filter=Filter(
+        must=[FieldCondition(key="user_id", match=MatchValue(value=name))])).count) for name in who]
+    outcomes.note_items(sum(counts))
+    outcomes.note_built(memories=sum(counts), memories_first_speaker=counts[0], memories_second_speaker=counts[1])
+
+
 class Mem0(MemorySystem):
     name = "mem0"
     stages = PROTOCOL_STAGES
     role = "memory"
+    # systems.protocol: native: 07 answers with mem0's ANSWER_PROMPT (evaluation/prompts.py).
+    native_answer_prompt = "mem0"
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
-        self.opts = self.options(DEFAULTS)
+        native = self.protocol == "native"
+        # The native defaults under the user's own options: an explicit top_k still wins.
+        self.opts = self.options({**DEFAULTS, **(NATIVE if native else {})})
         self.open: dict[str, Any] = {}
 
     def settings(self) -> dict[str, Any]:
-        return {**self.opts, "instructions_text": prompts.load(self.opts["instructions"]), "mem0ai": "2.2.1"}
+        own = {**self.opts, "instructions_text": prompts.load(self.opts["instructions"]), "mem0ai": "2.2.1"}
+        # The common protocol's settings stay as they were, so earlier runs keep their digests.
+        return {**own, "protocol": "native"} if self.protocol == "native" else own
+
+    def speakers(self, view: MemoryView) -> list[str]:
+        return speakers(view, declared=self.protocol == "native")
 
     def _memory(self, state: Path, spent: Spent) -> Any:
         main = _import_mem0()
@@ -154,7 +188,7 @@ class Mem0(MemorySystem):
         try:
             for session in view.sessions:
                 _dates.value = session.date_time or "unknown"
-                for me in speakers(view):
+                for me in self.speakers(view):
                     msgs = session_messages(session, me, self.ctx.include_images)
                     for i in range(0, len(msgs), size):
                         batch = msgs[i:i + size]
@@ -166,6 +200,7 @@ class Mem0(MemorySystem):
                             raise RuntimeError(f"mem0 ingestion of {view.memory_id} {session.session_id} "
                                                f"failed: {cause}") from exc
                 self.ctx.advance(1)
+            _note_size(memory, self.speakers(view))
         finally:
             _dates.value = None
             memory.close()
@@ -178,14 +213,15 @@ class Mem0(MemorySystem):
         if mid not in self.open:
             self.open[mid] = self._memory(self.ctx.state_dir / mid, Spent())
         evidence = []
-        for who in speakers(view):
+        for who in self.speakers(view):
             hits = self.open[mid].search(question.question, filters={"user_id": who}, top_k=int(self.opts["top_k"]),
                                          threshold=float(self.opts["threshold"]))["results"]
             for h in hits:
                 meta = h.get("metadata") or {}
                 evidence.append(Evidence(h["memory"], list(meta.get("dia_ids", [])), meta.get("timestamp") or "",
                                          round(float(h["score"]), 4), who))
-        return Found(evidence, Spent(seconds=round(time.perf_counter() - started, 4)), {"speakers": speakers(view)})
+        seconds = round(time.perf_counter() - started, 4)
+        return Found(evidence, Spent(seconds=seconds), {"speakers": self.speakers(view)})
 
     @classmethod
     def estimate_ingest(cls, view: MemoryView, cfg: Config) -> Optional[Spent]:

