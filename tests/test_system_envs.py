@@ -323,7 +323,10 @@ def test_the_systems_table_shows_the_systems_row_with_items_and_buffer_tokens(ha
 # (MemoryOS, HippoRAG and Cognee report them; tests/test_own_env_fidelity.py checks the replies).
 BUILT = {"memoryos": {"pages", "segments", "user_knowledge", "assistant_knowledge"},
          "hipporag": {"passages", "triples", "passages_without_triples", "facts", "entities"},
-         "cognee": {"graph_nodes", "graph_edges", "chunks"}}
+         "cognee": {"graph_nodes", "graph_edges", "chunks"},
+         # MemOS: its memories, those whose source messages carry their session's date, its preferences
+         "memos": {"memories", "dated", "preferences"},
+         "hindsight": {"facts", "documents"}}
 
 
 def test_what_the_system_built_and_its_fallbacks_reach_metrics(harness_run):
@@ -340,3 +343,7 @@ def test_what_the_system_built_and_its_fallbacks_reach_metrics(harness_run):
         assert block["search_fallbacks"] == {}
     if name == "cognee":
         assert block["built"]["graph_nodes"] > 0 and block["built"]["chunks"] > 0
+    if name == "memos":  # every memory keeps its session's date (chat_time)
+        assert block["built"]["dated"] == block["built"]["memories"] > 0
+    if name == "hindsight":  # one retain item per session of conv-26
+        assert block["built"]["documents"] == 19 and block["built"]["facts"] > 0
