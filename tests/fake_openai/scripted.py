@@ -20,7 +20,14 @@ import struct
 from functools import partial
 from typing import Any, Callable, Optional
 
-from tests.fake_openai.contract import check_reply, requested_fields, shown_fields, tool_fields
+from tests.fake_openai.contract import (
+    check_reply,
+    prompt_fields,
+    requested_fields,
+    shown_fields,
+    shown_schemas,
+    tool_fields,
+)
 
 FAKE_MODEL = "fake-model"
 EMBEDDING_DIM = 32
@@ -262,7 +269,9 @@ def generic_reply(body: dict[str, Any], text: str,
     its prompt id, else the ``TEXT_KINDS`` reply of a marker in its prompt, else plain text."""
     content, calls = _generic_reply(body, text, prompt_id)
     what = f"the request of {prompt_id or 'no prompt id'}"
-    check_reply(content, lambda: requested_fields(body), what)
+    # ``text`` is the request's prompt (the server passes its messages' text): the fields its JSON
+    # example shows are what the request asks for, as are its json_schema's and its messages'.
+    check_reply(content, lambda: requested_fields(body) | prompt_fields(text), what)
     for call in calls:
         name = str(call["function"]["name"])
         check_reply(call["function"]["arguments"], partial(tool_fields, body, name), f"{what} (tool {name})")
@@ -959,20 +968,80 @@ TEXT_KINDS.append((SIMPLEMEM_ANSWER, reply_simplemem_answer))
 
 
 # --------------------------------------------------------------------------- MemOS (a prompt-only JSON reply)
-# MemOS's memory reader (systems/memos, SIMPLE_STRUCT_MEM_READER_PROMPT) asks in its prompt alone
-# for {"memory list": [{"key", "memory_type", "value", "tags"}], "summary"}; the conversation is
-# given as ``<role>:<speaker>: <text>`` lines. One memory per line, read from the prompt only.
-MEMOS_LINE_RE = re.compile(r"^(?:user|assistant):(.+?: .+)$", re.MULTILINE)
+# MemOS's memory reader (systems/memos, SIMPLE_STRUCT_MEM_READER_PROMPT) asks in its prompt alone for
+# its JSON; the prompt's own example names the fields (``memory list`` with ``key``, ``memory_type``,
+# ``value``, ``tags``; ``summary``), and the reply is built from those names only: a field the example
+# does not show is never sent. The conversation comes as ``<role>: [<chat_time>]: <speaker>: <text>``
+# lines (the struct reader, and the flat store with its session dates), or ``<role>:<speaker>: <text>``
+# (no date). One memory per line: its words, stated on the line's date as a model reading the
+# prompt's instruction to resolve times would state it.
+MEMOS_LINE_RE = re.compile(r"^(?:user|assistant):[ \t]*(?:\[([^\]\n]+)\]:[ \t]*)?([^:\n]+?: .+)$", re.MULTILINE)
+MEMOS_LIST = "memory list"
 
 
 def memos_reader_reply(text: str) -> str:
-    lines = [m.group(1).strip() for m in MEMOS_LINE_RE.finditer(text)]
-    memories = [{"key": line.split(":", 1)[0], "memory_type": "LongTermMemory", "value": line, "tags": ["conversation"]}
-                for line in lines]
-    return json.dumps({"memory list": memories, "summary": " ".join(lines)[:200]})
+    shown = shown_fields(text)
+    lines = [(m.group(1), m.group(2).strip()) for m in MEMOS_LINE_RE.finditer(text)]
+    item_fields = {f[len(MEMOS_LIST) + 3:] for f in shown if f.startswith(MEMOS_LIST + "[].")}
+    values = {"key": lambda when, line: line.split(":", 1)[0],
+              "memory_type": lambda when, line: "LongTermMemory",
+              "value": lambda when, line: f"On {when}, {line}" if when else line,
+              "tags": lambda when, line: ["conversation"]}
+    reply: dict[str, Any] = {}
+    if MEMOS_LIST in shown:
+        reply[MEMOS_LIST] = [{k: build(when, line) for k, build in values.items() if k in item_fields}
+                             for when, line in lines]
+    if "summary" in shown:
+        reply["summary"] = " ".join(line for _, line in lines)[:200]
+    return json.dumps(reply)
 
 
 TEXT_KINDS_BY_PROMPT[GATEWAY_PREFIX + "memos"] = memos_reader_reply
+
+
+# --------------------------------------------------------------------------- Hindsight (a schema in the prompt)
+# Hindsight (systems/hindsight) asks for JSON with response_format json_object and its JSON schema
+# written into the prompt ("You must respond with valid JSON matching this schema: {...}"). Its fact
+# extraction's schema has a ``facts`` array; the chunk is a JSON list of turns (``speaker``,
+# ``text``). One fact per turn: a minimal instance of the fact's schema (its required fields), with
+# the turn's text as ``what`` and its speaker as ``who`` when the schema declares them. Any other
+# prompt of Hindsight's gets a minimal instance of its schema; one without a schema, plain text.
+def _turn_list(text: str) -> list[dict[str, Any]]:
+    decoder = json.JSONDecoder()
+    at = text.rfind('[{"speaker"')
+    try:
+        turns, _ = decoder.raw_decode(text, at) if at >= 0 else ([], 0)
+    except ValueError:
+        return []
+    return [t for t in turns if isinstance(t, dict) and isinstance(t.get("text"), str)]
+
+
+def hindsight_reply(text: str) -> str:
+    schemas = shown_schemas(text)
+    if not schemas:
+        return f"Noted: {_snippet(text)}"
+    schema = schemas[-1]
+    facts = (schema.get("properties") or {}).get("facts")
+    if not isinstance(facts, dict):
+        return json.dumps(synthesize(schema, text))
+    item: Any = facts.get("items") or {}
+    if "$ref" in item:  # "#/$defs/ExtractedFact"
+        target: Any = schema
+        for part in str(item["$ref"]).lstrip("#/").split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        item = target
+    declared = item.get("properties") or {}
+    out = []
+    for turn in _turn_list(text):
+        fact = synthesize(item, turn["text"], schema)  # its strings: the turn's words
+        if isinstance(fact, dict):
+            fact.update({k: v for k, v in (("what", turn["text"]), ("who", str(turn.get("speaker", ""))))
+                         if k in declared})
+            out.append(fact)
+    return json.dumps({"facts": out})
+
+
+TEXT_KINDS_BY_PROMPT[GATEWAY_PREFIX + "hindsight"] = hindsight_reply
 
 
 def letta_agent_tool(names: list[str], messages: list[dict[str, Any]]) -> Optional[str]:
