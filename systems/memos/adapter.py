@@ -11,10 +11,11 @@ the searcher) and calls its ``AddHandler`` and ``SearchHandler`` with the reques
 embedder (``universal_api``, provider openai) are given ``OPENAI_BASE_URL``.
 
 Ingestion (``locomo_ingestion.py``): each speaker of a conversation (LoCoMo's speaker_a and
-speaker_b, as the harness names them) is a user with its own memory cube; every session is added to both, from that speaker's side (``role`` user for the speaker's own
-turns, assistant for the other's; content ``<speaker>: <text>``; the session's time, ISO, as
-``chat_time``), two messages per add (``batch_size=2``). The reader writes every message as
-``<role>: [<chat_time>]: <content>``, so each memory is extracted with its session's date.
+speaker_b, as the harness names them) is a user with its own memory cube; every session is added to
+both, from that speaker's side (``role`` user for the speaker's own turns, assistant for the
+other's; content ``<speaker>: <text>``; the session's time, ISO, as ``chat_time``), two messages per
+add (``batch_size=2``). The reader writes every message as ``<role>: [<chat_time>]: <content>``, so
+each memory is extracted with its session's date.
 
 Search (``locomo_search.py``, ``memos_api_search``): both users' memories with ``mode`` fast,
 preferences included (``pref_top_k`` 6), ``top_k`` 20 under the native protocol
