@@ -17,7 +17,9 @@ Run by hand: ``.venv/bin/python -m tests.systems_driver cognee`` (prints the rep
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import queue
@@ -31,7 +33,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ROOT / "systems"
@@ -313,3 +315,21 @@ if __name__ == "__main__":
     shown = {k: v for k, v in result.__dict__.items() if k not in ("stderr", "requests")}
     print(json.dumps(shown, indent=1, default=str)[:20000])
     print(result.stderr[-4000:], file=sys.stderr)
+
+
+@contextlib.contextmanager
+def adapter_imported(name: str, monkeypatch: Any, neighbours: tuple[str, ...] = ("_protocol",)) -> Iterator[Any]:
+    """``systems/<name>/adapter.py`` imported in the test's process (an adapter imports only the
+    standard library and its neighbours at import time), with the process's environment and sys.path
+    restored afterwards and the neighbour modules it imported dropped."""
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location(f"{name}_adapter", SYSTEMS / name / "adapter.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        yield module
+    finally:
+        for neighbour in neighbours:
+            sys.modules.pop(neighbour, None)

@@ -25,17 +25,8 @@ SESSIONS = 2
 def adapter_module(monkeypatch):
     """systems/hindsight/adapter.py imported here (standard library and the protocol helper only
     at import time), the process's environment and sys.path restored afterwards."""
-    import importlib.util
-    import os
-    import sys
-
-    monkeypatch.setattr(os, "environ", dict(os.environ))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    spec = importlib.util.spec_from_file_location("hindsight_adapter", driver.SYSTEMS / "hindsight" / "adapter.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("_protocol", None)
+    with driver.adapter_imported("hindsight", monkeypatch) as module:
+        yield module
 
 
 @pytest.mark.parametrize("protocol", cards.PROTOCOLS)

@@ -44,18 +44,8 @@ def _conversation() -> list[dict]:
 def adapter_module(monkeypatch):
     """systems/letta/adapter.py imported here (the standard library and its two neighbours only at
     import time), the process's environment and sys.path restored afterwards."""
-    import importlib.util
-    import os
-    import sys
-
-    monkeypatch.setattr(os, "environ", dict(os.environ))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    spec = importlib.util.spec_from_file_location("letta_adapter", driver.SYSTEMS / "letta" / "adapter.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    for name in ("_protocol", "leaderboard"):
-        sys.modules.pop(name, None)
+    with driver.adapter_imported("letta", monkeypatch, neighbours=("_protocol", "leaderboard")) as module:
+        yield module
 
 
 def test_session_files_are_named_and_headed_as_the_leaderboard_writes_them(adapter_module):

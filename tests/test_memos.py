@@ -27,17 +27,8 @@ READER_LINE = re.compile(r"^(user|assistant): \[([^\]\n]+)\]: ([^:\n]+): ", re.M
 def adapter_module(monkeypatch):
     """systems/memos/adapter.py imported here (the standard library and the protocol helper only at
     import time), the process's environment and sys.path restored afterwards."""
-    import importlib.util
-    import os
-    import sys
-
-    monkeypatch.setattr(os, "environ", dict(os.environ))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    spec = importlib.util.spec_from_file_location("memos_adapter", driver.SYSTEMS / "memos" / "adapter.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("_protocol", None)
+    with driver.adapter_imported("memos", monkeypatch) as module:
+        yield module
 
 
 def _iso_dates(adapter_module) -> dict[str, str]:

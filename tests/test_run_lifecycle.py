@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,26 @@ def _closed_port() -> int:
 
 
 # ----------------------------------------------------------------------------- Ctrl-C
+def _interrupt_extract_after_its_first_row(sets: list[str], base_url: str, out: Path
+                                           ) -> tuple[subprocess.Popen, str]:
+    """Run 03_extract as its own process, SIGINT it once its first row is on disk; (process, stderr).
+    The process is killed if it outlives the test's wait."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "LoCoMo.03_extract", *[a for s in sets for a in ("--set", s)]], cwd=REPO,
+        env={**os.environ, "OPENAI_BASE_URL": base_url}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while (not out.exists() or not out.read_text().strip()) and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc, err
+
 def test_ctrl_c_in_a_real_run_prints_one_resume_line_and_exits_130(tmp_path, monkeypatch):
     """SIGINT to a stage process in the middle of its rows: no traceback, one line naming the stage
     and the rows written, exit 130; the rows on disk are those the line counts."""
@@ -41,20 +62,7 @@ def test_ctrl_c_in_a_real_run_prints_one_resume_line_and_exits_130(tmp_path, mon
         assert episodes >= 4
         server.latency = 0.3  # slow enough to be stopped in the middle
         out = run.path("records")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "LoCoMo.03_extract", *[a for s in sets for a in ("--set", s)]], cwd=REPO,
-            env={**os.environ, "OPENAI_BASE_URL": server.base_url}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        try:
-            deadline = time.monotonic() + 60
-            while (not out.exists() or not out.read_text().strip()) and proc.poll() is None \
-                    and time.monotonic() < deadline:
-                time.sleep(0.02)
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        proc, err = _interrupt_extract_after_its_first_row(sets, server.base_url, out)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     written = len(rows(out))
@@ -76,20 +84,7 @@ def test_replies_paid_before_ctrl_c_stay_paid_in_the_ledger_after_the_resume(tmp
         episodes = sum(len(r["episodes"]) for r in rows(run.path("episodes")))
         server.latency = 0.5  # four requests in flight at once, slow enough to be stopped among them
         out = run.path("records")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "LoCoMo.03_extract", *[a for s in sets for a in ("--set", s)]], cwd=REPO,
-            env={**os.environ, "OPENAI_BASE_URL": server.base_url}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        try:
-            deadline = time.monotonic() + 60
-            while (not out.exists() or not out.read_text().strip()) and proc.poll() is None \
-                    and time.monotonic() < deadline:
-                time.sleep(0.02)
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        proc, err = _interrupt_extract_after_its_first_row(sets, server.base_url, out)
         assert proc.returncode == 130, err
         written = len(rows(out))
         served_at_stop = server.counts_by_kind().get("extract", 0)
