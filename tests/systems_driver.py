@@ -164,6 +164,10 @@ def start_relay(upstream: str, system: str, token: str) -> _Relay:
 def locomo_sessions(sample: str = "conv-26", count: int = 2) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The first ``count`` sessions of a LoCoMo conversation in the protocol's form, and its first
     question (text and the date of the last session given)."""
+    if not LOCOMO.exists():  # the shared data sits beside the checkout (CI has it); a bare clone skips
+        import pytest
+
+        pytest.skip(f"real LoCoMo file not available at {LOCOMO}")
     data = json.loads(LOCOMO.read_text(encoding="utf-8"))
     conv = next(c for c in data if c["sample_id"] == sample)["conversation"]
     sessions = []
