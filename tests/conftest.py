@@ -96,6 +96,14 @@ def real_locomo() -> Path:
     return REAL_LOCOMO
 
 
+def needs_files(*paths: Path, why: str) -> pytest.MarkDecorator:
+    """Skip a test that reads real data from beside the checkout (``../shared/data``, never
+    committed) when one of ``paths`` is absent, naming the first missing one. Only absence skips:
+    a file that is there but unreadable or malformed still fails the test that reads it."""
+    missing = [p for p in paths if not p.exists()]
+    return pytest.mark.skipif(bool(missing), reason=f"{missing[0]} not found: {why}" if missing else why)
+
+
 def fake_vectors(base_url: str) -> dict[str, str]:
     """Config overrides that take every vector from the fake server's /v1/embeddings: for the
     end-to-end tests whose subject is not the embeddings, so that no process of theirs imports and

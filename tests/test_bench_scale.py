@@ -9,6 +9,8 @@ import yaml
 from bench import scale
 from bench.pipeline import PipelineRun, StageResult
 from bench.procs import Measured
+from bench.scale_data import LME_FILE, LOCOMO_FILE
+from tests.conftest import needs_files
 
 
 def _run(sessions: int, cpu04: float, cpu06: float, rss: int) -> dict:
@@ -74,6 +76,7 @@ def test_pipeline_run_names_the_benchmark_package():
 
 
 @pytest.mark.slow
+@needs_files(LOCOMO_FILE, LME_FILE, why="bench-scale generates its sets from these sessions")
 def test_tiny_bench_scale_run_end_to_end(tmp_path):
     """Two questions x 3 sessions: every stage runs, the report has its figures, the rerun is free.
 

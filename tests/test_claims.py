@@ -358,6 +358,7 @@ def test_a_hindsight_longmemeval_file_maps_items_by_question_id(tmp_path):
     assert r["cells"]["audited_excluding"]["skipped"] and r["cells"]["our_judge"]["skipped"]
 
 
+@needs_locomo  # the Zep fixture takes its questions from the real file
 def test_the_claims_row_carries_question_and_conversation_intervals(tmp_path, monkeypatch):
     """Each row has a 95% CI over the run's labelled questions and one resampling whole
     conversations, equal to the statistics module's on the same labels."""

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.scale_data import LME_FILE, generate
-from tests.conftest import REPO, fake_vectors, rows, run_overrides
+from bench.scale_data import LME_FILE, LOCOMO_FILE, generate
+from tests.conftest import REPO, fake_vectors, needs_files, rows, run_overrides
 from tests.fake_openai import FakeOpenAI
 from tests.test_ray_executor import LOOPBACK, chat_requests, cluster  # noqa: F401 - the module's head
 from tests.test_ray_executor_seam import comparable
@@ -31,8 +31,9 @@ ARTIFACTS = ("02_episodes", "03_extract", "04_index", "05_plan", "06_retrieve", 
 
 def m_shaped_file(path: Path, sessions: int = M_SESSIONS) -> Path:
     """Two questions in the M file's format, ``sessions`` sessions each, most of them shared."""
-    if not LME_FILE.exists():
-        pytest.skip(f"real LongMemEval item not available at {LME_FILE}")
+    for source in (LME_FILE, LOCOMO_FILE):  # the real item, and the generator's sessions
+        if not source.exists():
+            pytest.skip(f"{source} not found: the M-shaped file is built from it")
     (real,) = json.loads(LME_FILE.read_text(encoding="utf-8"))
     (generated,) = generate(1, sessions, sessions, seed=7)  # pool == haystack: all of the pool
     fill = [i for i, sid in enumerate(generated["haystack_session_ids"]) if not sid.startswith("answer_")]
@@ -98,6 +99,7 @@ def test_an_m_shaped_longmemeval_run_on_ray_matches_the_local_engine_and_reruns_
     assert rerun_calls == 0, "a finished run re-run on the cluster must make zero requests"
 
 
+@needs_files(LOCOMO_FILE, LME_FILE, why="bench-scale generates its sets from these sessions")
 def test_bench_scale_preset_m_runs_on_the_ray_executor(cluster, tmp_path, monkeypatch):  # noqa: F811
     from bench import scale
 

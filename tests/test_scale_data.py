@@ -9,9 +9,12 @@ import pytest
 
 from bench import scale_data as sd
 from common.benchmarks.longmemeval import load_longmemeval
+from tests.conftest import needs_files
 
 OFFICIAL = {"question_id", "question_type", "question", "question_date", "answer", "answer_session_ids",
             "haystack_dates", "haystack_session_ids", "haystack_sessions"}
+# Every test here generates from the real sessions; without them (a clone with no ../shared) they skip.
+pytestmark = needs_files(sd.LOCOMO_FILE, sd.LME_FILE, why="the scale generator's source sessions")
 
 
 @pytest.fixture(scope="module")
