@@ -54,6 +54,12 @@ class PipelineRun:
         return [sys.executable, "-m", f"{self.package}.{stage}", "--config", self.config,
                 *[a for o in self.overrides for a in ("--set", o)]]
 
+    def whole_command(self) -> list[str]:
+        """What `make locomo` runs: every stage of the graph in one process (common.pipeline.run_all)."""
+        benchmark = "locomo" if self.package == "LoCoMo" else self.cfg().benchmark
+        return [sys.executable, "-m", "common.pipeline.run_all", benchmark, "--config", self.config,
+                *[a for o in self.overrides for a in ("--set", o)]]
+
     def make_command(self) -> list[str] | None:
         """`make locomo` with the same config and overrides; None when make is not installed."""
         make = shutil.which("make")
@@ -149,6 +155,37 @@ def run_stages(run: PipelineRun, server: Any, stages: tuple[str, ...], logs: Pat
         print(f"  {run.name} {stage}: {proc.wall_seconds:.1f}s, {out[-1].request_count} requests, "
               f"peak RSS {proc.peak_rss_bytes / 2**20:.0f} MiB", flush=True)
     return out
+
+
+def _manifest_calls(m: dict[str, Any]) -> int:
+    llm = m.get("llm") or {}
+    return int(llm.get("calls", 0) - llm.get("cached", 0)) if llm else 0
+
+
+def run_whole(run: PipelineRun, server: Any, logs: Path) -> tuple[Measured, list[StageResult]]:
+    """The whole graph in ONE measured process, as `make locomo` runs it.
+
+    The server cannot tell the stages of one process apart, so each stage's requests are the calls
+    its manifest says it sent (under its first prompt kind, or the stage's id: 06's bridge calls); their
+    sum must be what the server saw.
+    """
+    before = server.counts_by_kind()
+    proc = run_measured(run.whole_command(), env=child_env(server.base_url), log=logs / f"{run.name}.whole.log")
+    if proc.returncode != 0:
+        raise BenchError(f"{run.name}: the pipeline exited {proc.returncode} (log {proc.log}): {tail(proc.log)}")
+    seen = sum(_delta(server.counts_by_kind(), before).values())
+    out = []
+    for stage in LOCOMO_STAGES:
+        m = run.manifest(stage)
+        kinds = LLM_STAGE_KINDS.get(stage)
+        calls = _manifest_calls(m)
+        out.append(StageResult(stage, proc, {kinds[0] if kinds else stage: calls} if calls else {},
+                               _manifest_figures(m)))
+    counted = sum(r.request_count for r in out)
+    if counted != seen:
+        raise BenchError(f"{run.name}: the manifests count {counted} calls, the server saw {seen} (log {proc.log})")
+    print(f"  {run.name} (one process): {proc.wall_seconds:.1f}s, {seen} requests", flush=True)
+    return proc, out
 
 
 def rerun_with_make(run: PipelineRun, server: Any, logs: Path) -> tuple[Measured, dict[str, int], str]:

@@ -40,7 +40,9 @@ def _speedup(item: dict[str, Any]) -> list[str]:
     rows.append(["LLM stages", "", f"{item['llm_stages_wall_low']:.1f}", f"{item['llm_stages_wall_high']:.1f}",
                  item["llm_stages_speedup"], ""])
     target = item.get("target_pipeline_speedup")
-    rows.append(["whole pipeline 01-08 (processes)", "", f"{item['pipeline_wall_low']:.1f}",
+    how = item.get("pipeline", "one process per stage")
+    span = "01-09" if how.startswith("one process (") else "01-08"
+    rows.append([f"whole pipeline {span} ({how})", "", f"{item['pipeline_wall_low']:.1f}",
                  f"{item['pipeline_wall_high']:.1f}", item["pipeline_speedup"],
                  f">= {target}: {_verdict(item.get('passed'))}" if target else ""])
     return lines + _table(["stage", "calls", f"wall s (c={lo})", f"wall s (c={hi})", "speed-up",

@@ -163,3 +163,44 @@ def test_workdir_is_emptied_only_when_the_bench_made_it(tmp_path):
 def test_unknown_skip_item_is_refused():
     with pytest.raises(SystemExit):
         parse_args(["--skip", "throughput,everything"])
+
+
+def test_speedup_of_a_pipeline_in_one_process_divides_its_two_process_walls():
+    """`make locomo` runs every stage in one process: its speed-up is that process's wall at the two
+    concurrencies, not a sum of per-stage processes."""
+    low = [_stage("05_plan", 40.0, 200), _stage("07_answer", 42.0, 200)]
+    high = [_stage("05_plan", 2.5, 200), _stage("07_answer", 3.5, 200)]
+    out = speedup(low, high, 1, 16, 0.2, whole=(90.0, 9.0))
+    assert out["pipeline_speedup"] == 10.0 and out["pipeline"] == "one process (make locomo)"
+    assert out["llm_stages_speedup"] == round(82.0 / 6.0, 2)  # the stages' own walls, as before
+    assert speedup(low, high, 1, 16, 0.2)["pipeline"] == "one process per stage"
+
+
+def test_the_bench_counts_a_one_process_pipelines_calls_from_its_manifests(tmp_path, monkeypatch):
+    """One process: the server cannot split its requests by stage; the manifests do, and must add up."""
+    from bench import pipeline as bp
+
+    class Server:
+        base_url = "http://127.0.0.1:9/v1"
+
+        def __init__(self, seen):
+            self.seen, self.calls = seen, 0
+
+        def counts_by_kind(self):
+            self.calls += 1
+            return {} if self.calls == 1 else {"plan": self.seen}
+
+    manifests = {"05_plan": {"wall_seconds": 2.0, "llm": {"calls": 12, "cached": 2}},
+                 "06_retrieve": {"wall_seconds": 1.0, "llm": {"calls": 3, "cached": 0}}}
+    proc = Measured(cmd=[], returncode=0, wall_seconds=5.0, peak_rss_bytes=1, user_seconds=0.0, system_seconds=0.0,
+                    log=str(tmp_path / "log"))
+    monkeypatch.setattr(bp, "run_measured", lambda cmd, env, log: proc)
+    monkeypatch.setattr(bp.PipelineRun, "manifest", lambda self, stage: manifests.get(stage, {}))
+    run = bp.PipelineRun(name="x", config="configs/locomo.yaml", overrides=[])
+    assert run.whole_command()[1:4] == ["-m", "common.pipeline.run_all", "locomo"]
+    got, results = bp.run_whole(run, Server(13), tmp_path)
+    assert got is proc and [r.stage for r in results] == list(bp.LOCOMO_STAGES)
+    by = {r.stage: r.requests for r in results}
+    assert by["05_plan"] == {"plan": 10} and by["06_retrieve"] == {"06_retrieve": 3} and by["02_episodes"] == {}
+    with pytest.raises(bp.BenchError, match="the manifests count 13 calls, the server saw 14"):
+        bp.run_whole(run, Server(14), tmp_path)

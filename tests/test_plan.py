@@ -243,3 +243,22 @@ def test_plan_question_truncated_twice_falls_back(tmp_path):
         row = plan_question(make_client(server, tmp_path), QUESTION, VOCAB, granularity="broad", vocabulary_max=10)
     assert row.fallback_used and row.error
     assert row.plan == fallback_plan(QUESTION.question)
+
+
+def test_the_vocabulary_text_is_made_once_per_distinct_vocabulary_not_once_per_question(monkeypatch):
+    """Every question of a memory shares its vocabulary; counting its tokens per question was a tenth
+    of stage 05. The memo is keyed by the vocabulary's content, so a changed vocabulary is made anew."""
+    from common.method import plan as plan_mod
+
+    counted: list[str] = []
+    real = plan_mod.count_tokens
+    monkeypatch.setattr(plan_mod, "count_tokens", lambda text: counted.append(text) or real(text))
+    vocab = {f"prop_{i:03d}_memo_probe": 300 - i for i in range(300)}
+    first = plan_mod.vocabulary_text(vocab, None, 200)
+    n = len(counted)
+    assert n > 1 and 0 < first[1] < 300  # cut to fit 200 tokens, by a search over prefixes
+    assert plan_mod.vocabulary_text(dict(reversed(list(vocab.items()))), None, 200) == first  # same content
+    assert len(counted) == n  # ... no token counted again
+    vocab["prop_999_memo_probe"] = 1000  # the most frequent property now: a different text
+    second = plan_mod.vocabulary_text(vocab, None, 200)
+    assert "prop_999_memo_probe" in second[0] and "prop_999_memo_probe" not in first[0] and len(counted) > n

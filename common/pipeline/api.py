@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from common.core import artifacts, progress
 from common.core.config import Config, ConfigError, load_config
 from common.core.llm import EndpointNotConfigured
-from common.pipeline import dryrun, engine, invocation
+from common.pipeline import dryrun, engine, invocation, warmup
 from common.pipeline.graph import STAGES, Stage, by_name
 
 Overrides = Union[Sequence[str], Mapping[str, Any]]
@@ -183,9 +183,13 @@ def evaluate(benchmark: str, *, config: Union[str, Sequence[str], None] = None, 
     except (EndpointNotConfigured, ConfigError) as exc:
         raise RunError(f"error: {' '.join(str(exc).split())}") from None
     whole = len(nodes) > 1
+    # the later stages' slow imports, while the first ones wait on their endpoints (not for one stage)
+    warm = warmup.start(nodes[1:]) if whole else None
     steps = engine.execute(work, nodes)
     record: dict[str, Any] = {}
     for i, node in enumerate(nodes):
+        if warm is not None and node.warm_imports:
+            warm.join()  # the stage's own imports then find every module loaded, none half-way
         before = invocation.snapshot(work)
         work.at = None
         try:

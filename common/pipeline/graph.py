@@ -43,6 +43,9 @@ class Stage:
     ray``; 01 reads the whole file, 08 and 09 judge and aggregate). ``loads_model``: its process
     loads the embedding model (its RSS holds the weights). ``prompt_kinds``: the prompt families
     its LLM calls use, repairs included (what the fake server and the benches count requests by).
+    ``warm_imports``: modules the stage always imports that take a second or more to load; when the
+    whole pipeline runs in one process they are imported in the background while the earlier stages
+    wait on their endpoints (``common.pipeline.warmup``), so they are not on the run's critical path.
     """
 
     number: int
@@ -57,6 +60,7 @@ class Stage:
     per_memory: bool = False
     loads_model: bool = False
     prompt_kinds: tuple[str, ...] = ()
+    warm_imports: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -115,6 +119,8 @@ STAGES: tuple[Stage, ...] = (
           summary="LLM judge of each scored answer (one file per judge, never averaged)"),
     Stage(9, "aggregate", _S + "aggregate", reads=("judge", "gold", "answers", "retrievals"),
           writes=("metrics", "ledger", "tables"),
+          # bootstrap CIs and power (scipy, statsmodels), LoCoMo's stemmed F1 (nltk): ~1.5 s of imports
+          warm_imports=("scipy.stats", "statsmodels.stats.proportion", "statsmodels.stats.power", "nltk.stem"),
           reads_gold="yes", summary="accuracy with k/n and CI, diagnostics, ledger and tables"),
 )
 
