@@ -91,7 +91,10 @@ def manifests(run_dir: Path) -> dict[str, dict[str, Any]]:
 def memory_wall(run_dir: Path) -> float:
     """Stages 02-07's wall: their summed walls (local engine), or the group's (the Ray executor
     writes every memory stage's manifest after one group of tasks, each stamped with the group's wall)."""
-    ms = manifests(run_dir)
+    return memory_wall_of(manifests(run_dir))
+
+
+def memory_wall_of(ms: dict[str, dict[str, Any]]) -> float:
     if any("executor" in m for m in ms.values()):
         return max(float(m["wall_seconds"]) for m in ms.values())
     return sum(float(m["wall_seconds"]) for m in ms.values())
@@ -144,7 +147,21 @@ def overhead(work: Path, server: Any, opts: argparse.Namespace, address: str) ->
             "local": _short(local), "ray": _short(ray), "ratio_memory_stages": round(ratio, 3),
             "ratio_process": round(ray["process_wall_seconds"] / local["process_wall_seconds"], 3),
             "same_answers": [a["answer"] for a in same] == [a["answer"] for a in other],
+            "ray_split": ray_split(ray["manifests"]),
             "target": TARGETS["overhead_ratio"], "passed": ratio <= TARGETS["overhead_ratio"]}
+
+
+def ray_split(ms: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The Ray group's wall by the tasks' own clocks (the memory stages' manifests share one entry):
+    before the first task body ran, the longest task body, and after the last one (writing back)."""
+    ex = next((m["executor"] for m in ms.values() if "first_task_started_after_seconds" in m.get("executor", {})), None)
+    if ex is None:
+        return {}
+    group = memory_wall_of(ms)
+    return {"before_first_task_seconds": ex["first_task_started_after_seconds"],
+            "longest_task_seconds": ex["longest_task_seconds"],
+            "after_last_task_seconds": round(group - ex["last_task_finished_after_seconds"], 3),
+            "group_seconds": group}
 
 
 def throughput(work: Path, server: Any, opts: argparse.Namespace, address: str) -> dict[str, Any]:
@@ -223,6 +240,13 @@ def render(result: dict[str, Any]) -> str:
                   f"{o['target']}: {'pass' if o['passed'] else 'FAIL'}); whole process {o['ratio_process']}; "
                   f"same answers: {o['same_answers']}. Cluster start (not in the ratio): "
                   f"{result.get('cluster_start_seconds')} s.", ""]
+        split = o.get("ray_split")
+        if split:
+            lines += [f"The Ray group's {split['group_seconds']} s by the task's own clock: "
+                      f"{split['before_first_task_seconds']} s before its body ran (joining the cluster, the "
+                      f"actors, a worker's start and imports), {split['longest_task_seconds']} s in it (the local "
+                      f"engine's stages: {o['local']['memory_stages_wall_seconds']} s), "
+                      f"{split['after_last_task_seconds']} s writing back.", ""]
     t = result.get("throughput")
     if t:
         lines += ["## Throughput: K workers on LLM-bound work", "",

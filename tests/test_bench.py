@@ -204,3 +204,20 @@ def test_the_bench_counts_a_one_process_pipelines_calls_from_its_manifests(tmp_p
     assert by["05_plan"] == {"plan": 10} and by["06_retrieve"] == {"06_retrieve": 3} and by["02_episodes"] == {}
     with pytest.raises(bp.BenchError, match="the manifests count 13 calls, the server saw 14"):
         bp.run_whole(run, Server(14), tmp_path)
+
+
+def test_bench_ray_splits_the_ray_groups_wall_by_the_tasks_own_clock():
+    from bench.ray_bench import ray_split, render
+
+    ex = {"name": "ray", "memories": 1, "first_task_started_after_seconds": 2.5, "longest_task_seconds": 5.0,
+          "last_task_finished_after_seconds": 7.75}
+    ms = {s: {"wall_seconds": 8.0, "executor": ex} for s in ("02_episodes", "03_extract")}
+    split = ray_split(ms)
+    assert split == {"before_first_task_seconds": 2.5, "longest_task_seconds": 5.0, "after_last_task_seconds": 0.25,
+                     "group_seconds": 8.0}
+    assert ray_split({"02_episodes": {"wall_seconds": 3.0}}) == {}  # the local engine: no split
+    o = {"conversation": "conv-26", "limit": 10, "latency": 0.05, "concurrency": 4, "target": 1.15, "passed": False,
+         "local": {"memory_stages_wall_seconds": 4.5}, "ray": {"memory_stages_wall_seconds": 8.0},
+         "ratio_memory_stages": 1.78, "ratio_process": 1.5, "same_answers": True, "ray_split": split}
+    md = render({"machine": {}, "load_before": [0.1], "load_after": [0.2], "overhead": o})
+    assert "2.5 s before its body ran" in md and "5.0 s in it (the local engine's stages: 4.5 s)" in md

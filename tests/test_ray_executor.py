@@ -131,7 +131,10 @@ def test_ray_run_gives_the_local_runs_artifacts_and_metrics_and_reruns_free(undi
     assert paid_ray == paid_local > 0  # the same calls, each paid once
     assert rerun_calls == 0, "a finished run re-run on the cluster must make zero requests"
     executor = json.loads((ray_dir / "03_extract.manifest.json").read_text())["executor"]
-    assert executor == {"name": "ray", "memories": 2}
+    assert {k: executor[k] for k in ("name", "memories")} == {"name": "ray", "memories": 2}
+    # the group's wall split by the tasks' own clocks: before the first task ran, the longest, the last
+    assert 0 < executor["first_task_started_after_seconds"] < executor["last_task_finished_after_seconds"]
+    assert 0 < executor["longest_task_seconds"] <= executor["last_task_finished_after_seconds"]
 
 
 def test_a_sigkilled_worker_is_retried_and_the_run_completes_the_same(cluster, server, undisturbed, tmp_path):

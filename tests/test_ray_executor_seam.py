@@ -63,6 +63,12 @@ def test_executor_ray_writes_the_local_engines_rows_manifests_and_metrics(tmp_pa
             assert m_ray.get(k) == m_local.get(k), (stage, k)
         if m_local.get("llm"):
             assert m_ray["llm"]["calls"] == m_local["llm"]["calls"], stage
+        # Where the group's wall went, from the tasks' own clocks (each stage of a group says the same).
+        ex = m_ray["executor"]
+        assert ex["name"] == "ray" and ex["memories"] == 2, stage
+        assert 0 <= ex["first_task_started_after_seconds"] <= ex["last_task_finished_after_seconds"], stage
+        assert 0 < ex["longest_task_seconds"] <= ex["last_task_finished_after_seconds"], stage
+        assert ex["last_task_finished_after_seconds"] <= m_ray["wall_seconds"] + 0.01, stage
     vectors = sorted((local.dir / "04_index").rglob("*.npz"))
     assert [p.relative_to(local.dir) for p in vectors] == \
         [p.relative_to(ray.dir) for p in sorted((ray.dir / "04_index").rglob("*.npz"))]

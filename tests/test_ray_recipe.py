@@ -180,7 +180,9 @@ def test_twin_haystacks_pay_on_the_cluster_what_they_pay_locally_and_rerun_free(
     for name in ARTIFACTS + tuple(p.stem for p in local.glob("08_judge_*.jsonl")):
         assert [comparable(r) for r in rows(local / f"{name}.jsonl")] == \
             [comparable(r) for r in rows(ray / f"{name}.jsonl")], name
-    assert json.loads((ray / "03_extract.manifest.json").read_text())["executor"] == {"name": "ray", "memories": 2}
+    executor = json.loads((ray / "03_extract.manifest.json").read_text())["executor"]
+    assert {k: executor[k] for k in ("name", "memories")} == {"name": "ray", "memories": 2}
+    assert 0 < executor["first_task_started_after_seconds"] < executor["last_task_finished_after_seconds"]
     print(f"twin haystacks, 2 x {SESSIONS} sessions: local {paid_local} chat calls, ray {paid_ray}")
     bound = 4  # llm.concurrency of run_overrides: the requests one endpoint has in flight at most
     assert paid_local > 0 and paid_local <= paid_ray <= paid_local + bound

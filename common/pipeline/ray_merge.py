@@ -179,6 +179,18 @@ def _failed_rows(run: engine.Run, node: Stage, failed: dict[str, str]) -> list[d
                    for q in read_jsonl(run.path("questions")) if q["memory_id"] in failed and q["qid"] not in have]
 
 
+def task_times(results: dict[str, MemoryResult], started: float) -> dict[str, Any]:
+    """Where the group's wall went, from the tasks' own clocks: seconds from the group's start until
+    the first task body ran (joining the cluster, the actors, a worker's start and imports), the
+    longest task body, and the group's start to the last task's end (the rest is writing back)."""
+    times = [(r.started_at, r.finished_at) for r in results.values() if r.started_at and r.finished_at]
+    if not times:
+        return {}
+    return {"first_task_started_after_seconds": round(min(a for a, _ in times) - started, 3),
+            "longest_task_seconds": round(max(b - a for a, b in times), 3),
+            "last_task_finished_after_seconds": round(max(b for _, b in times) - started, 3)}
+
+
 def write_stage(run: engine.Run, client: LLMClient, node: Stage, memory_ids: list[str],
                 results: dict[str, MemoryResult], started: float) -> Optional[str]:
     """One stage's artifact, manifest and summary line from the memories' outputs; returns the
@@ -220,7 +232,8 @@ def write_stage(run: engine.Run, client: LLMClient, node: Stage, memory_ids: lis
     llm = client.summary().get(role, {}) if any(m.get("llm") for m in manifests) and role else {}
     inputs = [run.dir / p for p in dict.fromkeys(p for m in manifests for p in m.get("inputs", {}))]
     engine.manifest(run, node.id, inputs=inputs, outputs=[out], rows=len(rows), started=started,
-                    extra={**extra, "llm": llm, "executor": {"name": "ray", "memories": len(memory_ids)}})
+                    extra={**extra, "llm": llm, "executor": {"name": "ray", "memories": len(memory_ids),
+                                                             **task_times(results, started)}})
     if "dedup" in extra:  # the local engine times both passes; here: the whole group's wall
         path = artifacts.manifest_path(run.dir, node.id)
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -143,6 +144,10 @@ class MemoryResult:
     # (stage id, "<exception>: <message>") of the stage that raised; the stages after it did not run.
     failed: Optional[tuple[str, str]] = None
     log: str = ""  # what the stages printed in the worker (their lines; the driver prints merged ones)
+    # The task body's start and end (time.time() on the worker's node): where a group's wall went,
+    # before the first task ran (joining, actors, a worker's start and imports), in tasks, after.
+    started_at: float = 0.0
+    finished_at: float = 0.0
 
 
 def _raw_stats(client: Optional[LLMClient]) -> dict[str, dict[str, Any]]:
@@ -170,6 +175,7 @@ def _delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) 
 
 def run_memory(task: MemoryTask, cache: Remote, bounds: dict[str, Any]) -> MemoryResult:
     """The body of one memory's Ray task (callable in-process too, as the fast tests do)."""
+    started_at = time.time()
     scratch = Path(tempfile.mkdtemp(prefix=f"ensimem-{task.memory_id[:40].replace('/', '_')}-"))
     run: Optional[WorkerRun] = None
     try:
@@ -216,7 +222,8 @@ def run_memory(task: MemoryTask, cache: Remote, bounds: dict[str, Any]) -> Memor
                               if p.is_file()})
         run.flush()
         flushed = run._responses.flushed if run._responses is not None else 0
-        return MemoryResult(task.memory_id, outputs, files, os.getpid(), flushed, failed, said.getvalue())
+        return MemoryResult(task.memory_id, outputs, files, os.getpid(), flushed, failed, said.getvalue(),
+                            started_at, time.time())
     finally:
         if run is not None:
             with contextlib.suppress(Exception):  # what was paid is merged even when the task fails
