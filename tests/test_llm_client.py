@@ -446,10 +446,45 @@ def test_map_concurrent_returns_every_item(tmp_path):
         client = make_client(srv.base_url, tmp_path, concurrency=4)
         out, state = _run_map(client, 12)
         assert srv.request_count == 12
+        # The endpoint never holds more than the bound; the map runs a quarter more rows than that
+        # (row_threads: a row between calls leaves its slot to one waiting with its request ready).
+        assert srv.peak_in_flight_total == 4
     assert sorted(out) == list(range(12))
     assert all(parse_json_object(t)["label"] in ("CORRECT", "WRONG") for t in out.values())
-    assert 2 <= state["peak"] <= 4
+    assert client.workers() == 4 and client.row_threads() == 5
+    assert 2 <= state["peak"] <= client.row_threads()
     assert threading.get_ident() not in state["threads"]
+
+
+def test_the_endpoint_stays_at_its_bound_while_rows_work_between_calls(tmp_path, monkeypatch):
+    """Each row works 30 ms (its prompt, its reply) before and after its call. With one row per slot
+    a slot stays empty during that work; the spare rows keep the endpoint at its bound, and the
+    latency a call records is the endpoint's, not its wait for a slot. Both ways run here, back to
+    back on the same server, so the machine's load slows both alike."""
+    n, bound, latency, work = 40, 4, 0.1, 0.03
+    with FakeOpenAI(latency=latency) as srv:
+        walls = {}
+        for spare in (False, True):
+            client = make_client(srv.base_url, tmp_path / str(spare), concurrency=bound)
+            client.complete("judge", judge_messages(-1), prompt_id=JUDGE_PROMPT)  # the SDK's first-call set-up
+            if not spare:
+                monkeypatch.setattr(client, "row_threads", client.workers)
+
+            def row(i, client=client):
+                time.sleep(work)
+                done = client.complete("judge", judge_messages(i), prompt_id=JUDGE_PROMPT)
+                time.sleep(work)
+                return done
+
+            t0 = time.perf_counter()
+            out = dict(client.map(row, list(range(n)), progress=False))
+            walls[spare] = time.perf_counter() - t0
+            assert len(out) == n and not any(c.cached for c in out.values())
+            if spare:
+                assert max(c.latency for c in out.values()) < latency + 0.15  # the slot wait is not in it
+        assert srv.peak_in_flight_total == bound
+    # one row per slot: n / bound x (L + 2 x work) = 1.6 s; with one spare row about 1.3 s
+    assert walls[True] < 0.92 * walls[False], walls
 
 
 def test_map_serial_with_env(tmp_path, monkeypatch):
@@ -497,3 +532,33 @@ def test_parse_json_object_reports_a_truncated_reply_as_truncated():
     # A reply cut by max_tokens must not yield a complete object nested inside it.
     with pytest.raises(ValueError, match="truncated"):
         parse_json_object('{"records": [{"entity": "Nadia", "property": "adopt"}, {"entity": "To')
+
+
+def test_a_stopped_map_sends_no_request_that_was_still_waiting_for_a_slot(tmp_path):
+    """Ctrl-C (here: the consumer raising) lets the calls in flight finish, paid and cached, and sends
+    nothing more: rows that were working towards their call give up at the slot, unsent and uncounted."""
+    class Stop(Exception):
+        pass
+
+    with FakeOpenAI(latency=0.3) as srv:
+        client = make_client(srv.base_url, tmp_path, concurrency=2)
+        client.complete("judge", judge_messages(-1), prompt_id=JUDGE_PROMPT)  # the SDK's first-call set-up
+        before = srv.request_count
+
+        def row(i):
+            time.sleep(0.2)  # the row's own work before its call
+            return client.complete("judge", judge_messages(i), prompt_id=JUDGE_PROMPT)
+
+        rows = client.map(row, list(range(10)), progress=False)
+        next(rows)  # the first reply (t = 0.5 s): rows 0 and 1 answered, row 2 takes a freed slot
+        time.sleep(0.1)  # row 2 in flight; rows 3 and 4 (started on the freed threads) still working
+        with pytest.raises(Stop):
+            rows.throw(Stop)  # what Ctrl-C does in the stage's wait for the next row
+        sent = srv.request_count - before
+        assert sent == 3, sent  # rows 0, 1 and 2; never rows 3 and 4, which reached their slot after the stop
+        stat = client.stats["judge"]
+        assert stat.calls - stat.cached - stat.failed == 1 + 3  # the set-up call and the three sent: none abandoned
+        assert stat.failed == 0
+        assert client.complete("judge", judge_messages(2), prompt_id=JUDGE_PROMPT).cached  # row 2's paid reply kept
+        # the client is usable again: its pools no longer turn requests away
+        assert not client.complete("judge", judge_messages(99), prompt_id=JUDGE_PROMPT).cached

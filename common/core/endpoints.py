@@ -72,6 +72,10 @@ def split_env(value: str) -> list[str]:
     return [u.strip() for u in value.split(",") if u.strip()]
 
 
+class QueueAbandoned(RuntimeError):
+    """A request that was still waiting for a free slot when its stage stopped (Ctrl-C): never sent."""
+
+
 class EndpointPool:
     """Least-in-flight choice among endpoints, each with its own bound; failing ones set aside.
 
@@ -94,6 +98,7 @@ class EndpointPool:
         self.served: Counter[str] = Counter()  # requests answered, per endpoint
         self.connection_failures: Counter[str] = Counter()
         self._aside_until: dict[str, float] = {}
+        self._abandon = False  # set while a stopping stage drains: waiting requests give up unsent
 
     @property
     def identity(self) -> str:
@@ -117,6 +122,8 @@ class EndpointPool:
         listed); the caller must ``release`` it."""
         with self._cond:
             while True:
+                if self._abandon:
+                    raise QueueAbandoned("the stage stopped while this request waited for a free slot")
                 free = [u for u in self._usable() if self.in_flight[u] < self.bounds[u]]
                 if free:
                     url = min(free, key=lambda u: self.in_flight[u])
@@ -124,6 +131,13 @@ class EndpointPool:
                     return url
                 # Wake up at the latest when a cooldown ends, which may free a new endpoint.
                 self._cond.wait(timeout=0.05)
+
+    def abandon_waiters(self, on: bool) -> None:
+        """While on, ``acquire`` raises ``QueueAbandoned`` instead of waiting or taking a slot: a stage
+        stopped by Ctrl-C lets the requests in flight finish (paid, cached) and sends no new one."""
+        with self._cond:
+            self._abandon = on
+            self._cond.notify_all()
 
     def release(self, url: str, *, ok: bool, connection_error: bool = False) -> None:
         with self._cond:

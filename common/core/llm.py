@@ -46,7 +46,7 @@ from tenacity import (
 )
 
 from common.core.batch import Batcher, BatchOptions, Request
-from common.core.endpoints import EndpointPool, EndpointSpec
+from common.core.endpoints import EndpointPool, EndpointSpec, QueueAbandoned
 from common.core.lazy import lazy_module
 
 # The client's parts, by concern; every name stays importable from this module.
@@ -220,8 +220,15 @@ class LLMClient(ConcurrentMap):
             raise LLMCallError(scrub(f"batch API call failed ({cause}): {one_line(exc)}", secret), cause) from None
         raise AssertionError("unreachable: tenacity reraises")
 
+    def abandon_waiters(self, on: bool) -> None:
+        """Every pool's requests still waiting for a slot give up (``EndpointPool.abandon_waiters``)."""
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.abandon_waiters(on)
+
     def workers(self) -> int:
-        """Threads ``map`` runs: enough to fill the largest pool of any configured role."""
+        """Requests ``map`` keeps in flight: enough to fill the largest pool of any configured role."""
         most = self.concurrency
         for role in self.roles:
             try:
@@ -352,6 +359,9 @@ class LLMClient(ConcurrentMap):
             raise LLMCallError(f"cache miss in read-only mode (role {role})", "cache_miss")
         base_url = pool.identity
         t0 = time.perf_counter()
+        # Seconds spent waiting for a free slot (the map runs a few more rows than the bound, so a
+        # freed slot is taken at once): not the endpoint's latency, which the cache keeps.
+        queued = [0.0]
 
         def _count_retry(state: RetryCallState) -> None:
             with self._lock:
@@ -370,7 +380,11 @@ class LLMClient(ConcurrentMap):
                 reraise=True,
             ):
                 with attempt:
-                    resp, text = self._send(pool, api_key, settings.timeout, body, extra, headers)
+                    resp, text = self._send(pool, api_key, settings.timeout, body, extra, headers, queued)
+        except QueueAbandoned:
+            with self._lock:
+                stat.calls -= 1  # never sent: neither paid nor failed
+            raise
         except (openai.OpenAIError, BadResponse) as exc:
             cause = _failure_cause(exc)
             with self._lock:
@@ -378,7 +392,7 @@ class LLMClient(ConcurrentMap):
                 stat.failures[cause] = stat.failures.get(cause, 0) + 1
             # The message ends up in artifact rows and logs; a server may echo the key it was sent.
             raise LLMCallError(scrub(f"{role} call failed ({cause}): {one_line(exc)}", api_key), cause) from None
-        latency = time.perf_counter() - t0
+        latency = time.perf_counter() - t0 - queued[0]
         usage = {
             "prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
             "completion_tokens": getattr(resp.usage, "completion_tokens", 0) or 0,
@@ -414,10 +428,15 @@ class LLMClient(ConcurrentMap):
         return None
 
     def _send(self, pool: EndpointPool, api_key: str, timeout: float, body: dict[str, Any],
-              extra: dict[str, Any], headers: Optional[dict[str, str]]) -> tuple[Any, str]:
+              extra: dict[str, Any], headers: Optional[dict[str, str]],
+              queued: Optional[list[float]] = None) -> tuple[Any, str]:
         """One attempt on the pool's least-busy endpoint; a connection error sets it aside, so the
-        retry of this request (and every other request meanwhile) goes to another endpoint."""
+        retry of this request (and every other request meanwhile) goes to another endpoint.
+        ``queued[0]`` gains the seconds this attempt waited for a free slot."""
+        t0 = time.perf_counter()
         url = pool.acquire()
+        if queued is not None:
+            queued[0] += time.perf_counter() - t0
         ok = refused = False
         try:
             client = self._client(url, api_key, timeout)

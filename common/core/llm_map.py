@@ -33,6 +33,17 @@ class ConcurrentMap:
     def workers(self) -> int:
         raise NotImplementedError
 
+    def abandon_waiters(self, on: bool) -> None:
+        raise NotImplementedError
+
+    def row_threads(self) -> int:
+        """Rows run at once: the requests kept in flight (``workers``) and a quarter more. A thread
+        whose row is between calls (building its prompt, reading its reply, writing the cache) leaves
+        its endpoint slot to a thread already waiting with its request ready, so the endpoint stays at
+        its bound; the pools still never send more than their bounds."""
+        n = self.workers()
+        return n if n == 1 else n + max(1, -(-n // 4))
+
     def map(
         self, fn: Callable[[T], R], items: list[T], *, desc: str = "", progress: bool = True
     ) -> Iterator[tuple[T, R]]:
@@ -83,13 +94,18 @@ class ConcurrentMap:
             for item in items:
                 yield item, run(item)
             return
-        with ThreadPoolExecutor(max_workers=self.workers()) as pool:
-            futures = {pool.submit(run, item): item for item in items}
-            try:
-                for fut in as_completed(futures):
-                    yield futures[fut], fut.result()
-            except BaseException:
-                # Ctrl-C, or the consumer stopped: drop the calls not yet started, so leaving the
-                # pool waits only for those in flight (paid, so their replies still reach the cache).
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
+        try:
+            with ThreadPoolExecutor(max_workers=self.row_threads()) as pool:
+                futures = {pool.submit(run, item): item for item in items}
+                try:
+                    for fut in as_completed(futures):
+                        yield futures[fut], fut.result()
+                except BaseException:
+                    # Ctrl-C, or the consumer stopped: drop the rows not yet started, and the requests
+                    # still waiting for a slot give up unsent, so leaving the pool waits only for the
+                    # calls in flight (paid, so their replies still reach the cache).
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    self.abandon_waiters(True)
+                    raise
+        finally:
+            self.abandon_waiters(False)
