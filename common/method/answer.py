@@ -140,19 +140,41 @@ def mem0_messages(question: Question, retrieval: RetrievalRow) -> list[dict[str,
     return [{"role": "system", "content": prompts.fill("answer_mem0_user", **slots)}]
 
 
+# Native answer prompts whose reference sends the filled template as ONE system message (as mem0's
+# search.py sends ANSWER_PROMPT_GRAPH and MemOS's locomo_responses.py ANSWER_PROMPT_MEMOS).
+ONE_SYSTEM_MESSAGE = frozenset({"answer_mem0_graph", "answer_memos"})
+_SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+class SlotsMissing(ValueError):
+    """A system's own answer prompt names slots its retrieval row has no value for."""
+
+
 def system_messages(family: str, question: Question, retrieval: RetrievalRow) -> list[dict[str, str]]:
     """A system's own answer prompt (``common/prompts/<family>_user.txt``, and ``<family>_system.txt``
-    when the reference sends a system message): the slots it names among ``question``,
-    ``question_date`` and ``context`` (the system's rendered buffer) are filled."""
+    when the reference sends a system message before it; a family in ``ONE_SYSTEM_MESSAGE`` sends the
+    filled template alone, as a system message). Its slots are filled in one pass, as the reference's
+    ``str.format``, f-string or Jinja template fills them: ``question``, ``question_date``, ``context``
+    (the system's rendered buffer) and those the system's search rendered itself
+    (``method_info.answer_slots``, from a child's reply under the native protocol). A slot left
+    without a value is an error, never sent as its name."""
     user_id = f"{family}_user"
     text = prompts.load(user_id)
-    slots = {"question": question.question, "question_date": question.question_date or "unknown",
-             "context": retrieval.buffer_text}
-    user = prompts.fill(user_id, **{k: v for k, v in slots.items() if "{" + k + "}" in text})
+    slots: dict[str, object] = {"question": question.question,
+                                "question_date": question.question_date or "unknown",
+                                "context": retrieval.buffer_text,
+                                **(retrieval.method_info.get("answer_slots") or {})}
+    missing = sorted(set(_SLOT.findall(text)) - set(slots))
+    if missing:
+        raise SlotsMissing(f"prompt '{user_id}': no value for slot(s) {missing} in the retrieval row of "
+                         f"{question.qid} (its search rendered none)")
+    filled = prompts.fill_once(user_id, **{k: v for k, v in slots.items() if "{" + k + "}" in text})
+    if family in ONE_SYSTEM_MESSAGE:
+        return [{"role": "system", "content": filled}]
     system_id = f"{family}_system"
     own_system = prompts.exists(system_id)
     return ([{"role": "system", "content": prompts.load(system_id)}] if own_system else []) + \
-        [{"role": "user", "content": user}]
+        [{"role": "user", "content": filled}]
 
 
 def native_answer(question: Question, retrieval: RetrievalRow, model: str, system: str) -> Optional[AnswerRow]:
@@ -429,10 +451,15 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     audit = AUDIT_HEADER + note if note and steps.draft_audit and json_draft else ""
     if note and not audit:
         episodes = note + "\n\n" + (retrieval.buffer_text if episodes is None else episodes)
-    messages = (draft_messages(question, plan, retrieval, prompt_set, episodes, steps.draft_prompt, audit,
-                               steps.draft_rules)
-                if json_draft and plan is not None
-                else answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes))
+    try:
+        messages = (draft_messages(question, plan, retrieval, prompt_set, episodes, steps.draft_prompt, audit,
+                                   steps.draft_rules)
+                    if json_draft and plan is not None
+                    else answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes))
+    except SlotsMissing as exc:  # a system's own prompt its search did not fill: a counted failure, no call
+        row.error = f"prompt_slots_missing: {exc}"
+        _record(row, calls, multi)
+        return row
     try:
         c = client.complete(role, messages, json_mode=json_draft, prompt_id=row.prompt_id)
     except LLMCallError as exc:

@@ -53,6 +53,9 @@ PROMPT_KINDS: dict[str, str] = {
     "answer_beam_user": "answer",  # answer.prompt: beam (the official BEAM runner's RAG template)
     "answer_realtalk_user": "answer",  # answer.prompt: realtalk (evaluate_memory.py's QA prompt)
     "answer_zep_user": "answer",  # Graphiti's native answer: Zep's own LoCoMo answer prompt
+    "answer_mem0_graph_user": "answer",  # mem0_graph's native answer: ANSWER_PROMPT_GRAPH (one system message)
+    "answer_memos_user": "answer",  # MemOS's native answer: ANSWER_PROMPT_MEMOS (one system message)
+    "answer_hindsight_user": "answer",  # Hindsight's native answer: LoComoAnswerGenerator's messages
     # mem0's own fact-extraction prompt (mem0ai 2.2.1 makes one additive ADD-only call per add;
     # its memory-update decisions are part of that reply), sent by common.systems.mem0.
     "mem0_extraction": "mem0_extraction",
