@@ -86,6 +86,14 @@ def test_slots_are_filled_in_one_pass_and_a_missing_slot_is_refused():
         answer_messages(q, None, _row("x"), style="mem0_graph")
 
 
+def test_graphiti_still_sends_zeps_system_message_then_its_user_message():
+    q = Question("q1", "m", "Where?")
+    assert answer_messages(q, None, _row("FACTS {question}"), style="zep") == [
+        {"role": "system", "content": prompts.load("answer_zep_system")},
+        {"role": "user", "content": prompts.load("answer_zep_user").format(context="FACTS {question}",
+                                                                          question="Where?")}]
+
+
 # ----------------------------------------------------------------------------- the adapters' own slots
 def test_mem0_graph_renders_answer_prompt_graphs_slots_as_search_py(monkeypatch):
     with driver.adapter_imported("mem0_graph", monkeypatch) as module:
