@@ -342,3 +342,32 @@ def test_native_sends_the_authors_prompt_over_the_search_and_common_the_harnesss
     else:
         assert row["method_info"]["answer_slots"] == {"question_date_str": ""}  # LoCoMo: no question date
         assert json.loads(row["buffer_text"])["results"]
+
+
+def test_a_parity_cut_drops_the_slots_and_the_row_fails_counted_without_a_call():
+    """The slots describe the uncut search: a cut row loses them, and the system's prompt is then
+    refused for that row (a counted failure, no answer call), not sent over more than the budget."""
+    import types
+
+    from common.method.answer import answer_question
+    from common.systems.base import cap_buffer
+
+    slots = {"speaker_1_user_id": "A", "speaker_1_memories": json.dumps(["x " * 400]),
+             "speaker_1_graph_memories": "[]", "speaker_2_user_id": "B", "speaker_2_memories": "[]",
+             "speaker_2_graph_memories": "[]"}
+    row = _row("Memories for user A:\n\n" + "x " * 400, slots)
+    row.buffer_tokens = 401
+    cut = cap_buffer(row, 50)
+    assert "answer_slots" not in cut.method_info and cut.method_info["parity"]["answer_slots_dropped"]
+
+    class NoCalls:
+        def settings(self, role):
+            return types.SimpleNamespace(model="m")
+
+        def complete(self, *args, **kwargs):
+            raise AssertionError("no answer call for a row whose prompt cannot be filled")
+
+    answered = answer_question(NoCalls(), Question("q1", "m", "Where?"), None, cut, style="mem0_graph")  # type: ignore[arg-type]
+    assert answered.answer is None and answered.error.startswith("prompt_slots_missing: ")
+    kept = cap_buffer(_row("short", {"question_date_str": ""}), 50)  # under the budget: left as it was
+    assert kept.method_info["answer_slots"] == {"question_date_str": ""}
