@@ -37,7 +37,11 @@ SYSTEMS = ("mem0_graph", "memos", "hindsight")
 PINNED = {"answer_mem0_graph_user": "7b1d915238833462a76aec121e4ad163040049aaa8457b4e47d6c87f763de13a",
           "answer_memos_user": "ccead3a9f4a65ab035337889827a0052c01fa9484930e91bed96fe345624b6f9",
           "answer_hindsight_system": "9409e67c151528bf2895220df6d563723cdcb6da33ee63af5d5d36bf5b18ce3e",
-          "answer_hindsight_user": "2c69f4beca0866551876a787a546370252d11490119d7154df041565ee5fdd62"}
+          "answer_hindsight_user": "2c69f4beca0866551876a787a546370252d11490119d7154df041565ee5fdd62",
+          # hindsight-api-slim 1.1.0's wrapper: the soft schema message for LoComoAnswerGenerator's
+          # QuestionAnswer (its provider_json_schema, indent 2) and JSON_MODE_USER_HINT
+          "answer_hindsight_schema": "6bb9a203dc15b5b69a8385d9457b8d0fb20ff39e50a22eb5bac5ee91815946fe",
+          "answer_hindsight_json_hint": "356c396c307d2e4707fd505c85309c353f1a62acbce0a63c431e778f4e8d6269"}
 UP_TO_07 = ["preprocess", "episodes", "extract", "index", "plan", "retrieve", "answer"]
 
 
@@ -275,7 +279,8 @@ def stand_ins(tmp_path_factory):
 
 def _answers(fake, start: int) -> list[tuple[dict, str]]:
     return [(body, headers.get("x-prompt-id", "")) for body, kind, headers in
-            zip(fake.requests[start:], fake.request_kinds[start:], fake.request_headers[start:]) if kind == "answer"]
+            zip(fake.requests[start:], fake.request_kinds[start:], fake.request_headers[start:])
+            if kind in ("answer", "answer_hindsight")]
 
 
 def _expected(name: str, question: str, row: dict) -> list[dict[str, str]]:
@@ -292,10 +297,15 @@ def _expected(name: str, question: str, row: dict) -> list[dict[str, str]]:
     if name == "memos":  # locomo_responses.py: ANSWER_PROMPT_MEMOS.format(context=..., question=...)
         return [{"role": "system", "content": prompts.load("answer_memos_user").format(context=context,
                                                                                       question=question)}]
-    # locomo_benchmark.py: the system message, then the f-string over the date block, context, question
+    # locomo_benchmark.py: the system message, then the f-string over the date block, context, question;
+    # Hindsight's wrapper (response_format=QuestionAnswer, the soft json_object path) appends the schema
+    # to the system message and puts its hint before a user message that does not say "json"
     user = prompts.load("answer_hindsight_user").format(question_date_str=slots["question_date_str"],
                                                         context=context, question=question)
-    return [{"role": "system", "content": prompts.load("answer_hindsight_system")}, {"role": "user", "content": user}]
+    if "json" not in user:
+        user = prompts.load("answer_hindsight_json_hint") + "\n\n" + user
+    system = prompts.load("answer_hindsight_system") + prompts.load("answer_hindsight_schema")
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 @pytest.mark.parametrize("name", SYSTEMS)
@@ -327,6 +337,11 @@ def test_native_sends_the_authors_prompt_over_the_search_and_common_the_harnesss
         assert body["messages"] == _expected(name, question, retrieved["native"][question])
     answered = rows(runs["native"].path("answers"))
     assert {a["prompt_id"] for a in answered} == {f"answer_{name}_user"} and all(a["answer"] for a in answered)
+    # Hindsight: a JSON object asked for, as its wrapper does, and the reply's answer field kept
+    assert all((body.get("response_format") == {"type": "json_object"}) is (name == "hindsight")
+               for body, _ in sent["native"])
+    if name == "hindsight":
+        assert not any(a["answer"].startswith("{") for a in answered)
     # what the search returned, as the reference renders it: speaker_a (Nadia) first, dated memories
     row = next(iter(retrieved["native"].values()))
     if name == "mem0_graph":

@@ -146,6 +146,14 @@ ONE_SYSTEM_MESSAGE = frozenset({"answer_mem0_graph", "answer_memos"})
 _SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
 
+# A native prompt whose reference asks its LLM wrapper for a JSON reply and keeps one field: family ->
+# (the wrapper's schema text appended to the system message, its JSON hint put before a user message
+# that does not say "json", the field kept). Hindsight's benchmark calls its wrapper with
+# response_format=QuestionAnswer: hindsight-api-slim 1.1.0, openai_compatible_llm.py, the soft
+# json_object path (schema in the system message, JSON_MODE_USER_HINT, response_format json_object).
+JSON_REPLY = {"answer_hindsight": ("answer_hindsight_schema", "answer_hindsight_json_hint", "answer")}
+
+
 class SlotsMissing(ValueError):
     """A system's own answer prompt names slots its retrieval row has no value for."""
 
@@ -172,9 +180,18 @@ def system_messages(family: str, question: Question, retrieval: RetrievalRow) ->
     if family in ONE_SYSTEM_MESSAGE:
         return [{"role": "system", "content": filled}]
     system_id = f"{family}_system"
-    own_system = prompts.exists(system_id)
-    return ([{"role": "system", "content": prompts.load(system_id)}] if own_system else []) + \
+    system = prompts.load(system_id) if prompts.exists(system_id) else None
+    if family in JSON_REPLY and system is not None:  # as the reference's wrapper sends them
+        schema_id, hint_id, _ = JSON_REPLY[family]
+        system += prompts.load(schema_id)
+        filled = filled if "json" in filled else f"{prompts.load(hint_id)}\n\n{filled}"
+    return ([{"role": "system", "content": system}] if system is not None else []) + \
         [{"role": "user", "content": filled}]
+
+
+def json_reply_answer(family: str, text: str) -> str:
+    """The field a JSON-reply native prompt keeps (``JSON_REPLY``); ValueError: no JSON object."""
+    return str(parse_json_object(text).get(JSON_REPLY[family][2]) or "")
 
 
 def native_answer(question: Question, retrieval: RetrievalRow, model: str, system: str) -> Optional[AnswerRow]:
@@ -460,8 +477,9 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
         row.error = f"prompt_slots_missing: {exc}"
         _record(row, calls, multi)
         return row
+    json_reply = plan is None and family in JSON_REPLY
     try:
-        c = client.complete(role, messages, json_mode=json_draft, prompt_id=row.prompt_id)
+        c = client.complete(role, messages, json_mode=json_draft or json_reply, prompt_id=row.prompt_id)
     except LLMCallError as exc:
         row.error = f"{exc.cause}: {exc}"
         _record(row, calls, multi)
@@ -469,7 +487,8 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     calls.add(c, row.prompt_id, role)
     row.cache_key, row.usage, row.latency, row.cached = c.cache_key, c.usage, round(c.latency, 4), c.cached
     try:
-        row.answer = _draft_answer(c.text) if json_draft else c.text.strip() if steps.strip else c.text
+        row.answer = (_draft_answer(c.text) if json_draft else json_reply_answer(family, c.text).strip() if json_reply
+                      else c.text.strip() if steps.strip else c.text)
     except ValueError as exc:
         row.error = f"invalid_reply: {exc}"
         _record(row, calls, multi)
