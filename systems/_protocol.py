@@ -22,7 +22,9 @@ JSON lines on stdin/stdout, one request then one reply:
 as ``adapter.speakers`` before each ingestion and search ({} when the harness sends none).
 
 Optional reply fields: ``built`` (ingest: what the memory holds, by name), ``errors`` and
-``fallbacks`` (search: ERROR records logged and fallbacks noted while searching).
+``fallbacks`` (search: ERROR records logged and fallbacks noted while searching), ``answer_slots``
+(search: the values of the reference answer prompt's own slots, as the reference renders them from
+this search's results, which the harness's 07 fills into that prompt: names to strings).
 
 Any failure is ``{"ok": false, "error": "<type>: <message>"}``. Libraries print to stdout, so the
 protocol keeps a private copy of file descriptor 1 and points fd 1 (and ``sys.stdout``) at stderr:
@@ -125,6 +127,16 @@ class Adapter:
         fallbacks[kind] = fallbacks.get(kind, 0) + 1
         self._fallbacks = fallbacks
 
+    def note_answer_slots(self, **slots: str) -> None:
+        """The reference answer prompt's slots this search rendered (the card's ``answer.native``
+        prompt; the harness fills them in 07 under the native protocol)."""
+        self._answer_slots = {**getattr(self, "_answer_slots", {}), **{k: str(v) for k, v in slots.items()}}
+
+    def take_answer_slots(self) -> dict[str, str]:
+        slots = getattr(self, "_answer_slots", {})
+        self._answer_slots = {}
+        return slots
+
     def take_notes(self) -> tuple[dict[str, Any], dict[str, int]]:
         """What the last request noted (built, fallbacks), cleared for the next one."""
         notes = (getattr(self, "_built", {}), getattr(self, "_fallbacks", {}))
@@ -196,6 +208,7 @@ def serve(adapter: Adapter) -> None:
             elif op in ("search", "answer"):
                 adapter.speakers = dict(request.get("speakers") or {})
                 adapter.take_notes()
+                adapter.take_answer_slots()
                 args = (str(request["memory_id"]), str(request["question"]), request.get("question_date"),
                         int(request.get("limit") or 10))
                 with _errors_logged() as catcher:
@@ -204,7 +217,9 @@ def serve(adapter: Adapter) -> None:
                     else:
                         evidence, context = adapter.search(*args)
                 _, fallbacks = adapter.take_notes()
+                slots = adapter.take_answer_slots()
                 reply({"ok": True, "evidence": evidence, "context": context,
+                       **({"answer_slots": slots} if slots else {}),
                        **({"answer": answer} if op == "answer" else {}),
                        **({"errors": catcher.records} if catcher.records else {}),
                        **({"fallbacks": fallbacks} if fallbacks else {})})

@@ -107,7 +107,8 @@ OFFICIAL_TEMPLATES = {"judge_lme_default", "judge_lme_temporal", "judge_lme_know
                       "judge_lme_abstention", "judge_locomo_mem0", "answer_mem0_user", "mem0_locomo_instructions",
                       "answer_beam_user", "judge_beam_rubric", "judge_beam_align_system", "judge_beam_align_user",
                       "answer_realtalk_user", "context_realtalk_header", "judge_realtalk_gpt_score",
-                      "answer_zep_system", "answer_zep_user"}
+                      "answer_zep_system", "answer_zep_user", "answer_mem0_graph_user", "answer_memos_user",
+                      "answer_hindsight_system", "answer_hindsight_user"}
 
 
 def words(text: str) -> list[str]:

@@ -154,7 +154,7 @@ def test_prompt_id_table_matches_the_prompt_files():
             "amem_keywords", "judge_beam", "judge_beam_align", "judge_realtalk_gpt_score", "judge_locomo_plus",
             "answer_count", "answer_count_merge", "answer_temporal", "answer_order",
             "answer_count_reference", "answer_temporal_answer", "answer_temporal_repair",
-            "answer_age_chain"} == CHAT_KINDS
+            "answer_age_chain", "answer_hindsight"} == CHAT_KINDS
     # The outside prompts are mem0's own extraction prompt and A-MEM's three (two per note, its
     # keyword step per search), under the ids common.systems.mem0 and common.systems.amem send.
     assert OUTSIDE_PROMPTS == {"mem0_extraction", "amem_analyze", "amem_evolve", "amem_keywords"}

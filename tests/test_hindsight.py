@@ -86,3 +86,18 @@ def test_hindsight_migrates_retains_and_recalls_on_the_embedded_postgres():
     assert {r["mentioned_at"][:10] for r in recalled["results"]} <= {"2023-05-08", "2023-05-25"}
     assert all(e["source_turn_ids"] for e in search["evidence"])
     assert run.attempts == [] and run.forwarded == run.fake_requests
+
+
+@pytest.mark.systems
+@pytest.mark.systems_heavy
+@pytest.mark.xdist_group("system-hindsight")
+def test_the_native_search_returns_the_benchmarks_date_block_for_its_answer_prompt():
+    """Under native the recall also returns LoComoAnswerGenerator's date block (07 fills it into that
+    prompt): the benchmark's line for a question with a date, nothing for one without (LoCoMo's)."""
+    asked = {"question": "What did Caroline research?", "question_date": "1:56 pm on 8 May, 2023"}
+    dated = driver.drive("hindsight", sessions=1, protocol="native", question=asked)
+    assert dated.replies["search"]["ok"], dated.stderr[-3000:]
+    assert dated.replies["search"]["answer_slots"] == {
+        "question_date_str": "\n# CURRENT DATE:\nThe question is being asked on: 2023-05-08 13:56:00 UTC\n"}
+    undated = driver.drive("hindsight", sessions=1, protocol="native", question={**asked, "question_date": None})
+    assert undated.replies["search"]["answer_slots"] == {"question_date_str": ""}

@@ -150,6 +150,21 @@ def test_session_dates_reach_the_extraction_prompt_and_every_memory(drives):
 
 @pytest.mark.systems
 @pytest.mark.xdist_group("system-mem0_graph")
+def test_the_native_search_returns_answer_prompt_graphs_slots_speaker_a_first(drives):
+    """Under native the search also returns ANSWER_PROMPT_GRAPH's slots as search.py fills them (07
+    renders the prompt with them); under common none."""
+    assert "answer_slots" not in drives["common"].replies["search"]
+    search = drives["native"].replies["search"]
+    slots, sections = search["answer_slots"], _sections(search["context"])
+    assert (slots["speaker_1_user_id"], slots["speaker_2_user_id"]) == tuple(driver.locomo_speakers().values())
+    for i in (1, 2):
+        memories, relations = sections[slots[f"speaker_{i}_user_id"]]
+        assert slots[f"speaker_{i}_memories"] == json.dumps(memories, indent=4) and memories
+        assert slots[f"speaker_{i}_graph_memories"] == json.dumps(relations, indent=4)
+
+
+@pytest.mark.systems
+@pytest.mark.xdist_group("system-mem0_graph")
 def test_top_k_is_the_limit_under_common_and_thirty_under_native(drives):
     common, native = drives["common"], drives["native"]
     assert common.replies["hello"]["settings"]["top_k"] == 10

@@ -140,19 +140,58 @@ def mem0_messages(question: Question, retrieval: RetrievalRow) -> list[dict[str,
     return [{"role": "system", "content": prompts.fill("answer_mem0_user", **slots)}]
 
 
+# Native answer prompts whose reference sends the filled template as ONE system message (as mem0's
+# search.py sends ANSWER_PROMPT_GRAPH and MemOS's locomo_responses.py ANSWER_PROMPT_MEMOS).
+ONE_SYSTEM_MESSAGE = frozenset({"answer_mem0_graph", "answer_memos"})
+_SLOT = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+# A native prompt whose reference asks its LLM wrapper for a JSON reply and keeps one field: family ->
+# (the wrapper's schema text appended to the system message, its JSON hint put before a user message
+# that does not say "json", the field kept). Hindsight's benchmark calls its wrapper with
+# response_format=QuestionAnswer: hindsight-api-slim 1.1.0, openai_compatible_llm.py, the soft
+# json_object path (schema in the system message, JSON_MODE_USER_HINT, response_format json_object).
+JSON_REPLY = {"answer_hindsight": ("answer_hindsight_schema", "answer_hindsight_json_hint", "answer")}
+
+
+class SlotsMissing(ValueError):
+    """A system's own answer prompt names slots its retrieval row has no value for."""
+
+
 def system_messages(family: str, question: Question, retrieval: RetrievalRow) -> list[dict[str, str]]:
     """A system's own answer prompt (``common/prompts/<family>_user.txt``, and ``<family>_system.txt``
-    when the reference sends a system message): the slots it names among ``question``,
-    ``question_date`` and ``context`` (the system's rendered buffer) are filled."""
+    when the reference sends a system message before it; a family in ``ONE_SYSTEM_MESSAGE`` sends the
+    filled template alone, as a system message). Its slots are filled in one pass, as the reference's
+    ``str.format``, f-string or Jinja template fills them: ``question``, ``question_date``, ``context``
+    (the system's rendered buffer) and those the system's search rendered itself
+    (``method_info.answer_slots``, from a child's reply under the native protocol). A slot left
+    without a value is an error, never sent as its name."""
     user_id = f"{family}_user"
     text = prompts.load(user_id)
-    slots = {"question": question.question, "question_date": question.question_date or "unknown",
-             "context": retrieval.buffer_text}
-    user = prompts.fill(user_id, **{k: v for k, v in slots.items() if "{" + k + "}" in text})
+    slots: dict[str, object] = {"question": question.question,
+                                "question_date": question.question_date or "unknown",
+                                "context": retrieval.buffer_text,
+                                **(retrieval.method_info.get("answer_slots") or {})}
+    missing = sorted(set(_SLOT.findall(text)) - set(slots))
+    if missing:
+        raise SlotsMissing(f"prompt '{user_id}': no value for slot(s) {missing} in the retrieval row of "
+                         f"{question.qid} (its search rendered none)")
+    filled = prompts.fill_once(user_id, **{k: v for k, v in slots.items() if "{" + k + "}" in text})
+    if family in ONE_SYSTEM_MESSAGE:
+        return [{"role": "system", "content": filled}]
     system_id = f"{family}_system"
-    own_system = prompts.exists(system_id)
-    return ([{"role": "system", "content": prompts.load(system_id)}] if own_system else []) + \
-        [{"role": "user", "content": user}]
+    system = prompts.load(system_id) if prompts.exists(system_id) else None
+    if family in JSON_REPLY and system is not None:  # as the reference's wrapper sends them
+        schema_id, hint_id, _ = JSON_REPLY[family]
+        system += prompts.load(schema_id)
+        filled = filled if "json" in filled else f"{prompts.load(hint_id)}\n\n{filled}"
+    return ([{"role": "system", "content": system}] if system is not None else []) + \
+        [{"role": "user", "content": filled}]
+
+
+def json_reply_answer(family: str, text: str) -> str:
+    """The field a JSON-reply native prompt keeps (``JSON_REPLY``); ValueError: no JSON object."""
+    return str(parse_json_object(text).get(JSON_REPLY[family][2]) or "")
 
 
 def native_answer(question: Question, retrieval: RetrievalRow, model: str, system: str) -> Optional[AnswerRow]:
@@ -429,12 +468,18 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     audit = AUDIT_HEADER + note if note and steps.draft_audit and json_draft else ""
     if note and not audit:
         episodes = note + "\n\n" + (retrieval.buffer_text if episodes is None else episodes)
-    messages = (draft_messages(question, plan, retrieval, prompt_set, episodes, steps.draft_prompt, audit,
-                               steps.draft_rules)
-                if json_draft and plan is not None
-                else answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes))
     try:
-        c = client.complete(role, messages, json_mode=json_draft, prompt_id=row.prompt_id)
+        messages = (draft_messages(question, plan, retrieval, prompt_set, episodes, steps.draft_prompt, audit,
+                                   steps.draft_rules)
+                    if json_draft and plan is not None
+                    else answer_messages(question, plan, retrieval, steps.style, prompt_set, episodes))
+    except SlotsMissing as exc:  # a system's own prompt its search did not fill: a counted failure, no call
+        row.error = f"prompt_slots_missing: {exc}"
+        _record(row, calls, multi)
+        return row
+    json_reply = plan is None and family in JSON_REPLY
+    try:
+        c = client.complete(role, messages, json_mode=json_draft or json_reply, prompt_id=row.prompt_id)
     except LLMCallError as exc:
         row.error = f"{exc.cause}: {exc}"
         _record(row, calls, multi)
@@ -442,7 +487,8 @@ def answer_question(client: LLMClient, question: Question, plan: Plan | None, re
     calls.add(c, row.prompt_id, role)
     row.cache_key, row.usage, row.latency, row.cached = c.cache_key, c.usage, round(c.latency, 4), c.cached
     try:
-        row.answer = _draft_answer(c.text) if json_draft else c.text.strip() if steps.strip else c.text
+        row.answer = (_draft_answer(c.text) if json_draft else json_reply_answer(family, c.text).strip() if json_reply
+                      else c.text.strip() if steps.strip else c.text)
     except ValueError as exc:
         row.error = f"invalid_reply: {exc}"
         _record(row, calls, multi)

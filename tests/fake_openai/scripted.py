@@ -53,6 +53,10 @@ PROMPT_KINDS: dict[str, str] = {
     "answer_beam_user": "answer",  # answer.prompt: beam (the official BEAM runner's RAG template)
     "answer_realtalk_user": "answer",  # answer.prompt: realtalk (evaluate_memory.py's QA prompt)
     "answer_zep_user": "answer",  # Graphiti's native answer: Zep's own LoCoMo answer prompt
+    "answer_mem0_graph_user": "answer",  # mem0_graph's native answer: ANSWER_PROMPT_GRAPH (one system message)
+    "answer_memos_user": "answer",  # MemOS's native answer: ANSWER_PROMPT_MEMOS (one system message)
+    # Hindsight's native answer: LoComoAnswerGenerator's messages, its wrapper's {answer, reasoning} schema
+    "answer_hindsight_user": "answer_hindsight",
     # mem0's own fact-extraction prompt (mem0ai 2.2.1 makes one additive ADD-only call per add;
     # its memory-update decisions are part of that reply), sent by common.systems.mem0.
     "mem0_extraction": "mem0_extraction",
@@ -754,9 +758,10 @@ def reply_judge_locomo_plus(text: str) -> dict:
 
 def scripted_content(kind: str, text: str) -> str:
     """The normal (unfaulted) message content for a recognised prompt kind; ``ContractError`` when it
-    would carry a field the prompt text does not ask for."""
+    would carry a field the prompt text does not ask for (the JSON it shows, or the schema it writes
+    out, as Hindsight's LLM wrapper writes its answer schema into the system message)."""
     content = _scripted_content(kind, text)
-    check_reply(content, lambda: shown_fields(text), f"prompt kind {kind!r}")
+    check_reply(content, lambda: prompt_fields(text), f"prompt kind {kind!r}")
     return content
 
 
@@ -777,6 +782,8 @@ def _scripted_content(kind: str, text: str) -> str:
         return json.dumps(reply_rerank(text))
     if kind == "answer_verify":
         return json.dumps(reply_verify(text))
+    if kind == "answer_hindsight":  # the answer call's reply as the schema's answer, with its reasoning
+        return json.dumps({"answer": reply_answer(text), "reasoning": "scripted"})
     if kind == "answer_draft":  # the answer call's reply as the JSON draft's answer field
         return json.dumps({"answer": reply_answer(text), "evidence_episode_ids": [], "reasoning": "scripted"})
     if kind == "answer_count":
