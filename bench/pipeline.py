@@ -56,8 +56,7 @@ class PipelineRun:
 
     def whole_command(self) -> list[str]:
         """What `make locomo` runs: every stage of the graph in one process (common.pipeline.run_all)."""
-        benchmark = "locomo" if self.package == "LoCoMo" else self.cfg().benchmark
-        return [sys.executable, "-m", "common.pipeline.run_all", benchmark, "--config", self.config,
+        return [sys.executable, "-m", "common.pipeline.run_all", self.cfg().benchmark, "--config", self.config,
                 *[a for o in self.overrides for a in ("--set", o)]]
 
     def make_command(self) -> list[str] | None:
