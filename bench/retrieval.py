@@ -44,14 +44,17 @@ class TimedEmbedder:
     def model_id(self) -> str:
         return self.inner.model_id
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
+    def encode(self, texts: Sequence[str], alone: bool = False) -> np.ndarray:
         t0 = time.perf_counter()
         try:
-            return self.inner.encode(texts)
+            return self.inner.encode(texts, alone=True) if alone else self.inner.encode(texts)
         finally:
             self.seconds += time.perf_counter() - t0
             self.calls += 1
             self.texts += len(texts)
+
+    def encode_alone(self, texts: Sequence[str]) -> np.ndarray:  # the query side's path (QueryVectors)
+        return self.encode(texts, alone=True)
 
 
 class CountingBackend:
@@ -69,6 +72,10 @@ class CountingBackend:
         self.calls += 1
         self.texts += len(texts)
         return self.inner.encode(texts)
+
+    def alone_groups(self, texts: list[str]) -> list[list[int]]:
+        named = getattr(self.inner, "alone_groups", None)
+        return named(texts) if named is not None else [[i] for i in range(len(texts))]
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:

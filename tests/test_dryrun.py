@@ -82,8 +82,10 @@ def test_beam_answers_are_priced_with_a_buffer_sized_from_beams_own_turns(tmp_pa
     from common.method.render import render_turn
 
     shared = REPO.parent / "shared" / "data" / "beam" / "100K"
-    if not shared.exists():
-        pytest.skip(f"shared BEAM data not at {shared}")
+    locomo_json = REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"
+    for needed in (shared, locomo_json):  # the test compares BEAM's buffer with LoCoMo's: both must be there
+        if not needed.exists():
+            pytest.skip(f"shared data not at {needed}")
     tier = tmp_path / "100K"
     shutil.copytree(shared / "1", tier / "1")  # one real chat: its 20 questions, its own long turns
 
@@ -92,7 +94,7 @@ def test_beam_answers_are_priced_with_a_buffer_sized_from_beams_own_turns(tmp_pa
         row = _stage(est, "07_answer")
         return row["prompt_tokens"] / row["calls"], row["basis"]
 
-    locomo, _ = answer_per_question("configs/locomo.yaml", REPO.parent / "shared" / "data" / "locomo" / "locomo10.json",
+    locomo, _ = answer_per_question("configs/locomo.yaml", locomo_json,
                                     **{"data.memories": "[conv-26]", "data.question_limit": 4})
     beam_q, basis = answer_per_question("configs/beam.yaml", tier, **{"data.memories": "[1]", "data.question_limit": 4})
     assert 7000 < locomo < 8500  # LoCoMo: the paper's mean, as before

@@ -85,6 +85,25 @@ def test_windows_mode_embeds_a_long_text_as_the_weighted_mean_of_its_windows(lim
     assert e.stats.as_dict()["over_limit"] == 1 and e.stats.windowed == 1 and e.stats.truncated == 0
 
 
+class OneGroupBackend(HashBackend):
+    """A backend that lets every text share one pass (``alone_groups``): what windows must override."""
+
+    def alone_groups(self, texts):
+        return [list(range(len(texts)))]
+
+
+def test_embedded_alone_a_long_text_under_windows_is_a_call_of_its_own_windows(limit):
+    backend = OneGroupBackend(limit)
+    e = emb.Embedder(backend, "", "windows")
+    calls = []
+    backend.encode = lambda texts, inner=backend.encode: calls.append(list(texts)) or inner(texts)
+    e.encode_alone([SHORT, LONG, "another short text"])
+    # The short texts share their pass; the long one's windows go alone, so its mean never
+    # depends on which short texts it was asked with.
+    assert calls == [[SHORT, "another short text"], [w for w, _ in limit.windows(LONG)]]
+    assert e.stats.encode_calls == 2
+
+
 def test_texts_over_the_limit_are_counted_in_every_current_tally_cached_or_not(limit, tmp_path):
     e = emb.Embedder(HashBackend(limit), tmp_path / "c.sqlite")
     e.encode([LONG])  # now cached

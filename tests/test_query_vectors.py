@@ -199,10 +199,74 @@ def test_the_short_batch_path_gives_encodes_vectors_to_the_bit(minilm):
 
 
 def test_batched_query_vectors_match_per_query_vectors(minilm):
-    # One call for a hop's texts pads them to the longest: the vectors equal the one-text-per-call
-    # ones up to float rounding (the stored figures round scores to 6 decimals).
+    # One padded call for a hop's texts would change the short ones' last bits; the query side
+    # embeds each text as if alone (equal lengths share a pass, which needs no padding): every bit
+    # is the one-text-per-call one's.
     qv = QueryVectors(minilm)
     qv.prefetch(QUERY_TEXTS)
     for t in QUERY_TEXTS:
         if t:
             np.testing.assert_allclose(qv.get(t), minilm.encode([t])[0], atol=1e-6)
+            assert np.array_equal(qv.get(t), minilm.encode([t])[0]), t
+
+
+SHARED_FIELD = "property: tobias"  # an anchor field two questions of one memory both search with
+DENSE = ["Where does tobias work?\nentity: user\nproperty: tobias",
+         "Would tobias enjoy a boat trip with his friends next summer?\nentity: user\nproperty: tobias"]
+
+
+def _fresh(minilm):
+    from common.core import embeddings as emb
+
+    return emb.Embedder(minilm.backend, "", "truncate")  # the loaded model, no cache, own stats
+
+
+def test_the_order_questions_ran_in_changes_no_query_vector(minilm):
+    """Stage 06 runs a memory's questions on threads: which question embeds a shared anchor field
+    first is scheduling. Padded together with either question's dense query, the field's vector
+    got different bits in each order; it must be the same whichever came first."""
+    vectors = []
+    for order in (DENSE, DENSE[::-1]):
+        qv = QueryVectors(_fresh(minilm))
+        for dense in order:
+            qv.prefetch([SHARED_FIELD, dense])
+        vectors.append({t: qv.get(t) for t in [SHARED_FIELD, *DENSE]})
+    for t in vectors[0]:
+        assert np.array_equal(vectors[0][t], vectors[1][t]), t
+
+
+def test_texts_of_one_length_share_a_pass_and_keep_their_own_bits(minilm):
+    e = _fresh(minilm)
+    same = ["property: tobias", "property: bowl", "entity: user"]  # five word pieces each
+    groups = minilm.backend.alone_groups(same + [DENSE[0]])
+    assert sorted(map(sorted, groups)) == [[0, 1, 2], [3]]
+    vecs = e.encode_alone(same + [DENSE[0]])
+    assert e.stats.encode_calls == 2 and e.stats.encoded == 4  # one pass per length
+    for t, v in zip(same + [DENSE[0]], vecs):
+        assert np.array_equal(v, minilm.encode([t])[0]), t
+    padded = _fresh(minilm).encode([same[0], DENSE[0]])[0]  # the one padded call it replaces
+    assert not np.array_equal(padded, vecs[0])  # (which is what made the order matter)
+
+
+class NoGroups:
+    """A backend that names no texts to share a pass (the openai endpoint's): a call per text."""
+
+    model_id, dim = "no-groups", 4
+
+    def __init__(self):
+        self.calls = []
+
+    def encode(self, texts):
+        self.calls.append(list(texts))
+        return np.stack([np.arange(1, 5, dtype=np.float32) * (1 + len(t)) for t in texts])
+
+
+def test_a_backend_that_names_no_groups_gets_one_text_per_call():
+    from common.core import embeddings as emb
+
+    backend = NoGroups()
+    e = emb.Embedder(backend, "", "truncate")
+    e.encode_alone(["a", "bb", "a", "ccc"])
+    assert backend.calls == [["a"], ["bb"], ["ccc"]] and e.stats.encode_calls == 3
+    e.encode(["dd", "eee"])  # the index's path: one call, as before
+    assert backend.calls[-1] == ["dd", "eee"]

@@ -9,6 +9,12 @@ have unit L2 norm, in input order. Vectors are cached in sqlite under ``model_id
 backend + max_length, and ``:windows`` under ``long_texts: windows``) keyed by the sha256 of the
 exact text, so only unseen texts reach the model.
 
+``Embedder.encode_alone(texts)`` gives each text the vector it gets in a call of its own, whatever
+else the call holds: a padded batch changes a short text's last float bits, so a text that several
+questions share would otherwise get the bits of whichever question embedded it first (stage 06
+runs questions on threads). The backend names the texts that may share a pass (sentence-transformers:
+the same number of word pieces, no padding); a backend that names none gets one call per text.
+
 A text longer than the model's limit (``common.core.long_texts``) is embedded from its first
 ``max_length`` word pieces (``long_texts: truncate``) or whole, as the mean of its windows
 (``windows``); either way it is counted, in the embedder's stats and in every tally current where
@@ -210,6 +216,23 @@ class SentenceTransformerBackend:
         if backend is None:
             return None
         return long_texts.TokenLimit.copy_of(backend, self._effective_max_length(m))
+
+    def alone_groups(self, texts: list[str]) -> list[list[int]]:
+        """Positions of ``texts`` that one forward pass can embed and still give each text the bits
+        of a pass of its own: texts of the same length in word pieces (a batch without padding),
+        at most ``SINGLE_THREAD_MAX_TEXTS`` a group so that each pass runs on one thread as a pass
+        of one text does (tests/test_query_vectors.py checks the bits). A model outside
+        sentence-transformers' usual steps gets one text per pass."""
+        m = self._model()
+        if not texts or not _st_batch.fits(m):
+            return [[i] for i in range(len(texts))]
+        m.max_seq_length = self._effective_max_length(m)
+        lengths = [int(n) for n in m.preprocess(list(texts))["attention_mask"].sum(dim=1).tolist()]
+        by_length: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            by_length.setdefault(n, []).append(i)
+        return [g[at:at + SINGLE_THREAD_MAX_TEXTS] for g in by_length.values()
+                for at in range(0, len(g), SINGLE_THREAD_MAX_TEXTS)]
 
     def encode(self, texts: list[str]) -> np.ndarray:
         m = self._model()
@@ -532,9 +555,40 @@ class Embedder:
     def dim(self) -> int:
         return self.backend.dim
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
+    def encode_alone(self, texts: Sequence[str]) -> np.ndarray:
+        """``encode``, with each text not in the cache given the vector it gets alone: the texts go
+        to the backend in the groups it names (``alone_groups``), else one per call. For the
+        query side, where which texts share a call depends on the order questions ran in."""
+        return self.encode(texts, alone=True)
+
+    def _alone_groups(self, texts: list[str]) -> list[list[int]]:
+        named = getattr(self.backend, "alone_groups", None)
+        if named is None:
+            return [[i] for i in range(len(texts))]
+        groups: list[list[int]] = []
+        for g in named(texts):
+            # Under windows a text over the limit is a mean of its own windows: a call of its own.
+            over = [i for i in g if self.long_texts == "windows" and self._over.get(text_hash(texts[i]))]
+            rest = [i for i in g if i not in over]
+            groups += ([rest] if rest else []) + [[i] for i in over]
+        return groups
+
+    def _encode_grouped(self, texts: list[str]) -> tuple[np.ndarray, int]:
+        """The vectors of ``texts`` encoded in their alone groups, and the number of backend calls."""
+        groups = self._alone_groups(texts)
+        out: Optional[np.ndarray] = None
+        for g in groups:
+            vecs = self._encode_missing([texts[i] for i in g])
+            if out is None:
+                out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
+            out[g] = vecs
+        assert out is not None and sorted(i for g in groups for i in g) == list(range(len(texts)))
+        return out, len(groups)
+
+    def encode(self, texts: Sequence[str], alone: bool = False) -> np.ndarray:
         """Unit vectors of ``texts`` in input order; each distinct text not in the cache is
-        embedded once, all of them in ONE backend call (the model batches them by length)."""
+        embedded once, all of them in ONE backend call (the model batches them by length), or
+        with ``alone`` in the calls that give each the vector of a call of its own."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -560,10 +614,13 @@ class Embedder:
         self.stats.cache_hits += len(known)
         if missing:
             started, cpu = time.perf_counter(), time.process_time()
-            fresh = self._encode_missing(list(missing.values()))
+            if alone:
+                fresh, calls = self._encode_grouped(list(missing.values()))
+            else:
+                fresh, calls = self._encode_missing(list(missing.values())), 1
             self.stats.encode_seconds += time.perf_counter() - started
             self.stats.encode_cpu_seconds += time.process_time() - cpu
-            self.stats.encode_calls += 1
+            self.stats.encode_calls += calls
             self.stats.encoded += len(missing)
             if fresh.shape[0] != len(missing):
                 raise RuntimeError(f"backend {self.model_id} returned {fresh.shape[0]} vectors "

@@ -4,7 +4,8 @@ A question's retrieval embeds, per hop, the anchor's fields (``entity: caroline`
 structured route and one dense query (the question and the anchor's fields). They were several
 encode calls of one or two texts each, and a call's fixed cost (the model's bookkeeping, a cache
 round trip) was a large part of a question's time; the fields also repeat across a memory's
-questions. ``QueryVectors`` embeds a hop's texts in one call and keeps every vector it made.
+questions. ``QueryVectors`` embeds a hop's texts in one embedder call and keeps every vector it
+made; each text gets the vector it gets alone, so no vector depends on which question came first.
 """
 from __future__ import annotations
 
@@ -47,7 +48,11 @@ class QueryVectors:
         missing = [t for t in dict.fromkeys(texts) if t and t not in self._vecs]
         if not missing:
             return
-        vecs = np.asarray(self.embedder.encode(missing), np.float32)
+        # Each text's vector as if embedded alone (``Embedder.encode_alone``): which texts are
+        # missing here depends on the questions this memory answered before, so with one padded
+        # call a shared text's bits would depend on the order 06's threads ran the questions in.
+        encode = getattr(self.embedder, "encode_alone", self.embedder.encode)
+        vecs = np.asarray(encode(missing), np.float32)
         if len(self._vecs) + len(missing) > self.limit:
             self._vecs.clear()
         self._vecs.update(zip(missing, vecs))
