@@ -98,6 +98,46 @@ def test_replies_paid_before_ctrl_c_stay_paid_in_the_ledger_after_the_resume(tmp
     assert entry["paid"] + entry["cached"] == entry["calls"]
 
 
+def test_a_ctrl_c_while_a_row_is_written_waits_for_the_calls_in_flight_before_it_reports(tmp_path, monkeypatch):
+    """A Ctrl-C often lands while the main thread writes a row (the moment the row appears on disk),
+    outside the map's own wait. The calls still in flight must be answered and kept before the
+    stage reports the stop, or the replies that arrive afterwards are paid and counted nowhere."""
+    from common.core.config import load_config
+    from common.core.io import StageWriter
+    from common.pipeline import engine, ledger
+    from common.pipeline.graph import by_name
+
+    sets = run_overrides(tmp_path, TINY_LOCOMO, **{"llm.concurrency": 4})
+    with FakeOpenAI(kind_latency={"extract": 1.0}) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes"])
+        first = [True]
+
+        def sleep(seconds, wait=server._stopping.wait):  # the first extract reply at once, the rest after 1 s
+            if seconds and first[0]:
+                first[0] = False
+                return
+            wait(seconds)
+
+        monkeypatch.setattr(server, "_sleep", sleep)
+
+        def write_then_stop(self, row, real=StageWriter.write):
+            real(self, row)
+            raise KeyboardInterrupt  # Ctrl-C while the first row is written, three calls in flight
+
+        monkeypatch.setattr(StageWriter, "write", write_then_stop)
+        run = engine.Run(load_config(["configs/locomo.yaml"], sets), progress=False)
+        node = by_name("extract")
+        try:
+            node.resolve()(run)
+        except KeyboardInterrupt:  # as the run's driver handles it: the stage's frames still alive
+            assert engine.interrupted(run, node, {}) == 130
+        served = server.counts_by_kind().get("extract", 0)
+    assert len(rows(run.path("records"))) == 1 and served >= 4
+    unwritten = rows(run.dir / ledger.UNWRITTEN)
+    assert len(unwritten) == served - 1  # every reply in flight at the stop, kept for the ledger
+
+
 # ----------------------------------------------------------------------------- a dead endpoint
 def test_a_dead_endpoint_stops_the_run_at_once_in_one_line_and_leaves_no_run_directory(tmp_path, monkeypatch):
     from common.pipeline import preflight

@@ -200,6 +200,12 @@ def run_rows(run: Run, name: str, out: Path, key: str, items: list[Any], key_fn:
             written += 1
             run.at = (name, written, len(items))
     finally:
+        # A Ctrl-C raised here, while a row is written, leaves the map suspended with calls in
+        # flight; the traceback would keep it alive past the stop's report. Closing it now waits
+        # for those calls (their replies reach the cache, paid) before anything reports the stop.
+        close = getattr(done, "close", None)
+        if close is not None:
+            close()
         rows = writer.close(order=order if order is not None else [key_fn(i) for i in items])
     n_failed = sum(1 for r in rows if failed(r))
     llm = client.summary().get(role, {}) if client and role else {}
