@@ -113,9 +113,13 @@ def test_a_ctrl_c_while_a_row_is_written_waits_for_the_calls_in_flight_before_it
         run_stages("configs/locomo.yaml", sets, ["preprocess", "episodes"])
         first = [True]
 
-        def sleep(seconds, wait=server._stopping.wait):  # the first extract reply at once, the rest after 1 s
+        def sleep(seconds, wait=server._stopping.wait):
+            # The first extract reply once four requests are in (the endpoint's bound), the rest after 1 s.
             if seconds and first[0]:
                 first[0] = False
+                deadline = time.monotonic() + 10
+                while server.counts_by_kind().get("extract", 0) < 4 and time.monotonic() < deadline:
+                    wait(0.01)
                 return
             wait(seconds)
 
