@@ -178,7 +178,7 @@ QUERY_TEXTS = ["When did Caroline go to the LGBTQ support group?\nentity: caroli
 
 
 def test_the_short_batch_path_gives_encodes_vectors_to_the_bit(minilm):
-    from common.core import embeddings as emb
+    from common.core import embedding_backends as backends
     from common.core import st_batch
 
     backend = minilm.backend
@@ -193,7 +193,7 @@ def test_the_short_batch_path_gives_encodes_vectors_to_the_bit(minilm):
             ours = backend.encode(texts)  # <= 32 texts: the short-batch path
             # encode with the intra-op threads the backend gives a short batch (one): the same kernels,
             # so the same bits on any machine (torch's sums split by thread count otherwise).
-            with emb._intra_op_threads(1):
+            with backends._intra_op_threads(1):
                 theirs = model.encode(texts, batch_size=64, convert_to_numpy=True, normalize_embeddings=True)
             assert np.array_equal(ours, theirs), texts
 
