@@ -63,6 +63,8 @@ class CountingBackend:
     def __init__(self, inner: Any):
         self.inner, self.texts, self.calls = inner, 0, 0
         self.model_id = inner.model_id
+        if hasattr(inner, "alone_groups"):  # the query side groups its texts as the inner backend does
+            self.alone_groups = inner.alone_groups
 
     @property
     def dim(self) -> int:
@@ -72,10 +74,6 @@ class CountingBackend:
         self.calls += 1
         self.texts += len(texts)
         return self.inner.encode(texts)
-
-    def alone_groups(self, texts: list[str]) -> list[list[int]]:
-        named = getattr(self.inner, "alone_groups", None)
-        return named(texts) if named is not None else [[i] for i in range(len(texts))]
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:

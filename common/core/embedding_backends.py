@@ -187,8 +187,9 @@ class SentenceTransformerBackend:
         m = self._model()
         if not texts or not _st_batch.fits(m):
             return [[i] for i in range(len(texts))]
-        m.max_seq_length = self._effective_max_length(m)
-        lengths = [int(n) for n in m.preprocess(list(texts))["attention_mask"].sum(dim=1).tolist()]
+        with _lock_for(m):  # the same max_seq_length encode will use, set as encode sets it
+            m.max_seq_length = self._effective_max_length(m)
+            lengths = [int(n) for n in m.preprocess(list(texts))["attention_mask"].sum(dim=1).tolist()]
         by_length: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
             by_length.setdefault(n, []).append(i)
